@@ -1,0 +1,90 @@
+/*
+ * common.cuh - device helpers shared by the CUDA kernels: fp32 load/store for every dtype,
+ * dtype dispatch, logical <-> memory index for channels-last, grid sizing.
+ */
+#ifndef DLT_CUDA_COMMON_CUH
+#define DLT_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda_internal.h"
+
+namespace dlt {
+
+template <typename T> __device__ __forceinline__ float to_f(T v) { return (float)v; }
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f(float v) { return (T)v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+/* float -> integer saturates (NaN -> 0), like the CPU backend */
+template <> __device__ __forceinline__ int32_t from_f<int32_t>(float v) {
+    return v != v ? 0 : v >= 2147483520.0f ? INT32_MAX : v <= -2147483648.0f ? INT32_MIN : (int32_t)v;
+}
+template <> __device__ __forceinline__ int64_t from_f<int64_t>(float v) {
+    return v != v ? 0 : v >= 9.2233715e18f ? INT64_MAX : v <= -9.2233720e18f ? INT64_MIN : (int64_t)v;
+}
+template <> __device__ __forceinline__ uint8_t from_f<uint8_t>(float v) {
+    return v != v ? 0 : v >= 255.0f ? 255 : v <= 0.0f ? 0 : (uint8_t)v;
+}
+
+/* Shape of a 4-D tensor for index math (other ranks use fmt = contiguous). */
+struct Shape4 {
+    int64_t N, C, H, W;
+    int32_t cl; /* 1: channels-last */
+};
+
+static inline Shape4 shape4(const dlt_tensor *t) {
+    Shape4 s;
+    s.N = t->ndim > 0 ? t->shape[0] : 1;
+    s.C = t->ndim > 1 ? t->shape[1] : 1;
+    s.H = t->ndim > 2 ? t->shape[2] : 1;
+    s.W = t->ndim > 3 ? t->shape[3] : 1;
+    s.cl = t->format == DLT_FORMAT_CHANNELS_LAST;
+    return s;
+}
+
+/* memory index of logical (NCHW-order) element i */
+__device__ __forceinline__ int64_t mem_index(const Shape4 &s, int64_t i) {
+    if (!s.cl) return i;
+    int64_t w = i % s.W, h = (i / s.W) % s.H, c = (i / (s.W * s.H)) % s.C, n = i / (s.W * s.H * s.C);
+    return ((n * s.H + h) * s.W + w) * s.C + c;
+}
+
+static inline unsigned grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535LL * 32) b = 65535LL * 32;
+    return (unsigned)b;
+}
+
+#define DLT_GRID_STRIDE(i, n)                                                                 \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                 \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+} // namespace dlt
+
+/* Calls F<T>(args...) for the tensor dtype; float types only unless noted. */
+#define DLT_DISPATCH_FLOAT(dtype, T, ...)                                                     \
+    switch (dtype) {                                                                          \
+    case DLT_F32: { typedef float T; __VA_ARGS__; } break;                                    \
+    case DLT_F16: { typedef __half T; __VA_ARGS__; } break;                                   \
+    case DLT_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                           \
+    default: return dlt__err(DLT_ERR_DTYPE, "dlt_cuda", "dtype %d not supported here", (int)(dtype)); \
+    }
+
+#define DLT_DISPATCH_ALL(dtype, T, ...)                                                       \
+    switch (dtype) {                                                                          \
+    case DLT_F32: { typedef float T; __VA_ARGS__; } break;                                    \
+    case DLT_F16: { typedef __half T; __VA_ARGS__; } break;                                   \
+    case DLT_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                           \
+    case DLT_I32: { typedef int32_t T; __VA_ARGS__; } break;                                  \
+    case DLT_I64: { typedef int64_t T; __VA_ARGS__; } break;                                  \
+    case DLT_U8: { typedef uint8_t T; __VA_ARGS__; } break;                                   \
+    default: return dlt__err(DLT_ERR_DTYPE, "dlt_cuda", "dtype %d not supported here", (int)(dtype)); \
+    }
+
+#endif

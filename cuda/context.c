@@ -1,0 +1,344 @@
+/*
+ * context.c - CUDA backend set-up and memory: one stream per context, the cuBLAS, cuBLASLt
+ * and cuDNN handles bound to it, and a stream-ordered memory pool (cudaMallocFromPoolAsync)
+ * whose statistics are the context's memory statistics. Memory returns to the pool in
+ * stream order, so freeing never synchronises; empty_cache trims the pool.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "ops_cuda.h"
+
+/* Errors after which the device state is unknown: everything else (bad value, out of
+ * memory, unsupported, capture errors) leaves the context usable. */
+static int cuda_error_is_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorMemoryAllocation:
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidConfiguration:
+    case cudaErrorInvalidDeviceFunction:
+    case cudaErrorInvalidDevice:
+    case cudaErrorNotSupported:
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureWrongThread:
+    case cudaErrorStreamCaptureUnmatched:
+    case cudaErrorStreamCaptureMerge:
+    case cudaErrorStreamCaptureUnjoined:
+    case cudaErrorStreamCaptureIsolation:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorCapturedEvent:
+    case cudaErrorNotReady:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+dlt_status dlt__cuda_fail(dlt_ctx *ctx, cudaError_t e, const char *func, const char *what) {
+    char msg[400];
+    (void)cudaGetLastError(); /* clear a non-sticky error so the next call is not affected */
+    if (e == cudaErrorMemoryAllocation)
+        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, func, "out of device memory in %s", what);
+    snprintf(msg, sizeof msg, "%s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    if (ctx && cuda_error_is_sticky(e)) return dlt__ctx_poison(ctx, DLT_ERR_CUDA, func, msg);
+    return dlt__err(DLT_ERR_CUDA, func, "%s", msg);
+}
+
+dlt_status dlt__cublas_fail(dlt_ctx *ctx, cublasStatus_t s, const char *func, const char *what) {
+    (void)ctx;
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, func, "cuBLAS ran out of memory in %s", what);
+    return dlt__err(DLT_ERR_CUBLAS, func, "%s failed: %s (%s)", what, cublasGetStatusName(s),
+                    cublasGetStatusString(s));
+}
+
+dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, const char *what) {
+    (void)ctx;
+    char detail[256] = "";
+    cudnnGetLastErrorString(detail, sizeof detail);
+    if (s == CUDNN_STATUS_ALLOC_FAILED)
+        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, func, "cuDNN ran out of memory in %s", what);
+    if (s == CUDNN_STATUS_NOT_SUPPORTED || (s / 1000) == 3)
+        return dlt__err(DLT_ERR_NOT_SUPPORTED, func, "%s: cuDNN %s %s", what, cudnnGetErrorString(s),
+                        detail);
+    return dlt__err(DLT_ERR_CUDNN, func, "%s failed: %s %s", what, cudnnGetErrorString(s), detail);
+}
+
+int32_t dlt__cuda_device_count(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
+    if (!s) return;
+    if (s->plans && s->plans_free) s->plans_free(s->plans);
+    if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
+    if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    if (s->cudnn) cudnnDestroy(s->cudnn);
+    if (s->cublaslt) cublasLtDestroy(s->cublaslt);
+    if (s->cublas) cublasDestroy(s->cublas);
+    if (s->pool) cudaMemPoolDestroy(s->pool);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    (void)cudaGetLastError();
+    (void)ctx;
+    free(s);
+}
+
+static dlt_status cuda_ctx_init(dlt_ctx *ctx) {
+    static const char *F = "dlt_ctx_create";
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return dlt__err(DLT_ERR_NO_DEVICE, F, "no usable CUDA device: %s (%s)", cudaGetErrorName(e),
+                        cudaGetErrorString(e));
+    }
+    if (ctx->device_index >= n)
+        return dlt__err(DLT_ERR_NO_DEVICE, F, "CUDA device %d does not exist (%d visible)",
+                        ctx->device_index, n);
+    size_t cudnn_ver = cudnnGetVersion();
+    if (cudnn_ver / 10000 != 9 || cudnn_ver < 91400)
+        return dlt__err(DLT_ERR_NOT_SUPPORTED, F,
+                        "cuDNN %zu is loaded; libdltrain needs cuDNN 9.14 or newer 9.x (built "
+                        "against %d)",
+                        cudnn_ver, (int)CUDNN_VERSION);
+    dlt_cuda_state *s = calloc(1, sizeof *s);
+    if (!s) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate CUDA state");
+    ctx->be_state = s;
+    s->device = ctx->device_index;
+    dlt_status st = DLT_OK;
+#define INIT_CU(call)                                                                         \
+    do {                                                                                      \
+        cudaError_t ie = (call);                                                              \
+        if (ie != cudaSuccess) {                                                              \
+            st = dlt__cuda_fail(NULL, ie, F, #call);                                          \
+            goto fail;                                                                        \
+        }                                                                                     \
+    } while (0)
+    INIT_CU(cudaSetDevice(s->device));
+    struct cudaDeviceProp prop;
+    INIT_CU(cudaGetDeviceProperties(&prop, s->device));
+    snprintf(s->name, sizeof s->name, "%s", prop.name);
+    s->sm_count = prop.multiProcessorCount;
+    if (prop.major < 7) {
+        st = dlt__err(DLT_ERR_NOT_SUPPORTED, F, "%s has compute capability %d.%d; 7.0+ is needed",
+                      prop.name, prop.major, prop.minor);
+        goto fail;
+    }
+    int pools = 0;
+    INIT_CU(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, s->device));
+    if (!pools) {
+        st = dlt__err(DLT_ERR_NOT_SUPPORTED, F, "%s does not support stream-ordered memory pools",
+                      prop.name);
+        goto fail;
+    }
+    INIT_CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    struct cudaMemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = cudaMemAllocationTypePinned;
+    pp.handleTypes = cudaMemHandleTypeNone;
+    pp.location.type = cudaMemLocationTypeDevice;
+    pp.location.id = s->device;
+    INIT_CU(cudaMemPoolCreate(&s->pool, &pp));
+    /* keep freed blocks cached in the pool (PyTorch's caching behaviour) until empty_cache */
+    uint64_t threshold = UINT64_MAX;
+    INIT_CU(cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+
+    cublasStatus_t bs = cublasCreate(&s->cublas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(s->cublas, s->stream);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasLtCreate(&s->cublaslt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        st = dlt__cublas_fail(NULL, bs, F, "cuBLAS set-up");
+        goto fail;
+    }
+    cudnnStatus_t ds = cudnnCreate(&s->cudnn);
+    if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(s->cudnn, s->stream);
+    if (ds != CUDNN_STATUS_SUCCESS) {
+        st = dlt__cudnn_fail(NULL, ds, F, "cuDNN set-up");
+        goto fail;
+    }
+    return DLT_OK;
+#undef INIT_CU
+fail:
+    cuda_state_free(ctx, s);
+    ctx->be_state = NULL;
+    return st;
+}
+
+static void cuda_ctx_fini(dlt_ctx *ctx) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (!s) return;
+    cudaSetDevice(s->device);
+    cuda_state_free(ctx, s);
+    ctx->be_state = NULL;
+}
+
+static dlt_status cuda_device_name(dlt_ctx *ctx, char *buf, size_t n) {
+    snprintf(buf, n, "%s", dlt__cu(ctx)->name);
+    return DLT_OK;
+}
+
+static dlt_status cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    /* 256-byte granularity keeps every tensor aligned for vector loads and cuDNN */
+    size_t rounded = (nbytes + 255) & ~(size_t)255;
+    cudaError_t e = cudaMallocFromPoolAsync(ptr, rounded, s->pool, s->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (e == cudaErrorMemoryAllocation)
+            return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, "dlt_alloc",
+                            "out of device memory allocating %zu bytes on %s", nbytes, s->name);
+        return dlt__cuda_fail(ctx, e, "dlt_alloc", "cudaMallocFromPoolAsync");
+    }
+    s->live_allocs++;
+    return DLT_OK;
+}
+
+static void cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
+    (void)nbytes;
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (!ptr || !s) return;
+    if (cudaFreeAsync(ptr, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    s->live_allocs--;
+}
+
+static dlt_status cuda_h2d(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
+    /* From pageable memory this returns once the source has been staged, so the caller may
+     * reuse its buffer immediately. */
+    DLT_CU(ctx, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, dlt__stream(ctx)), "dlt_copy");
+    return DLT_OK;
+}
+
+static dlt_status cuda_d2h(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
+    DLT_CU(ctx, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, dlt__stream(ctx)), "dlt_copy");
+    DLT_CU(ctx, cudaStreamSynchronize(dlt__stream(ctx)), "dlt_copy");
+    return DLT_OK;
+}
+
+static dlt_status cuda_d2d(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
+    DLT_CU(ctx, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, dlt__stream(ctx)), "dlt_copy");
+    return DLT_OK;
+}
+
+static dlt_status cuda_memset0(dlt_ctx *ctx, void *dst, size_t n) {
+    DLT_CU(ctx, cudaMemsetAsync(dst, 0, n, dlt__stream(ctx)), "dlt_memset");
+    return DLT_OK;
+}
+
+static dlt_status cuda_synchronize(dlt_ctx *ctx) {
+    DLT_CU(ctx, cudaStreamSynchronize(dlt__stream(ctx)), "dlt_ctx_synchronize");
+    return DLT_OK;
+}
+
+static dlt_status cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    enum cudaMemPoolAttr attr;
+    switch (which) {
+    case DLT_MEM_ALLOCATED: attr = cudaMemPoolAttrUsedMemCurrent; break;
+    case DLT_MEM_PEAK_ALLOCATED: attr = cudaMemPoolAttrUsedMemHigh; break;
+    case DLT_MEM_RESERVED: attr = cudaMemPoolAttrReservedMemCurrent; break;
+    default: *out = s->live_allocs; return DLT_OK;
+    }
+    DLT_CU(ctx, cudaMemPoolGetAttribute(s->pool, attr, out), "dlt_memory_stat");
+    return DLT_OK;
+}
+
+static dlt_status cuda_mem_reset_peak(dlt_ctx *ctx) {
+    uint64_t zero = 0; /* the only value the runtime accepts; it restarts from current use */
+    DLT_CU(ctx, cudaMemPoolSetAttribute(dlt__cu(ctx)->pool, cudaMemPoolAttrUsedMemHigh, &zero),
+           "dlt_memory_reset_peak");
+    return DLT_OK;
+}
+
+static dlt_status cuda_empty_cache(dlt_ctx *ctx) {
+    if (ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, "dlt_empty_cache", "not allowed during graph capture");
+    DLT_CU(ctx, cudaStreamSynchronize(dlt__stream(ctx)), "dlt_empty_cache");
+    DLT_CU(ctx, cudaMemPoolTrimTo(dlt__cu(ctx)->pool, 0), "dlt_empty_cache");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (n <= s->workspace_size) {
+        *out = s->workspace;
+        return DLT_OK;
+    }
+    if (ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, "dlt_workspace",
+                        "the step needs a larger workspace (%zu bytes) than warm-up sized (%zu)", n,
+                        s->workspace_size);
+    void *p = NULL;
+    size_t want = n + n / 4;
+    if (dlt__alloc_should_fail(ctx))
+        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, "dlt_workspace", "injected allocation failure");
+    cudaError_t e = cudaMallocFromPoolAsync(&p, want, s->pool, s->stream);
+    if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_workspace", "cudaMallocFromPoolAsync");
+    if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
+    s->workspace = p;
+    s->workspace_size = want;
+    *out = p;
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (n <= s->scratch_size) {
+        *out = s->scratch;
+        return DLT_OK;
+    }
+    if (ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, "dlt_scratch",
+                        "the step needs more scratch memory than warm-up sized");
+    void *p = NULL;
+    size_t want = n < 4096 ? 4096 : n + n / 4;
+    cudaError_t e = cudaMallocFromPoolAsync(&p, want, s->pool, s->stream);
+    if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_scratch", "cudaMallocFromPoolAsync");
+    if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+    s->scratch = p;
+    s->scratch_size = want;
+    *out = p;
+    return DLT_OK;
+}
+
+static const dlt_backend CUDA_BACKEND = {
+    .name = "cuda",
+    .ctx_init = cuda_ctx_init,
+    .ctx_fini = cuda_ctx_fini,
+    .device_name = cuda_device_name,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .memcpy_h2d = cuda_h2d,
+    .memcpy_d2h = cuda_d2h,
+    .memcpy_d2d = cuda_d2d,
+    .memset0 = cuda_memset0,
+    .synchronize = cuda_synchronize,
+    .mem_stat = cuda_mem_stat,
+    .mem_reset_peak = cuda_mem_reset_peak,
+    .empty_cache = cuda_empty_cache,
+    .convert = dlt__cuda_convert,
+    .fill = dlt__cuda_fill,
+    .rand = dlt__cuda_rand,
+    .add = dlt__cuda_add,
+    .accumulate = dlt__cuda_accumulate,
+    .scale = dlt__cuda_scale,
+    .sum = dlt__cuda_sum,
+    .broadcast_scalar = dlt__cuda_broadcast_scalar,
+    .relu_fwd = dlt__cuda_relu_fwd,
+    .relu_bwd = dlt__cuda_relu_bwd,
+    DLT_CUDA_OPS_ENTRIES
+};
+
+const dlt_backend *dlt__cuda_backend(void) { return &CUDA_BACKEND; }

@@ -1,0 +1,93 @@
+/*
+ * cuda_internal.h - the CUDA backend's private state and checking helpers. Included by the
+ * C and CUDA sources of cuda/ only.
+ *
+ * Every runtime/cuBLAS/cuDNN call goes through one of the DLT_CU* macros, which turn a
+ * failure into a dlt_status with the library's own error name in the message. Errors that
+ * leave the device in an unknown state (illegal address, launch failure, ...) poison the
+ * context.
+ */
+#ifndef DLT_CUDA_INTERNAL_H
+#define DLT_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "../lib/core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlt_cuda_plan_cache dlt_cuda_plan_cache;
+
+typedef struct dlt_cuda_state {
+    int device;
+    cudaStream_t stream;
+    cudaMemPool_t pool;
+    cublasHandle_t cublas;
+    cublasLtHandle_t cublaslt;
+    cudnnHandle_t cudnn;
+    /* one workspace for cuDNN/cuBLASLt, grown outside capture and reused */
+    void *workspace;
+    size_t workspace_size;
+    /* scratch for reductions (sum, counts) */
+    void *scratch;
+    size_t scratch_size;
+    uint64_t live_allocs;
+    int sm_count;
+    char name[256];
+    dlt_cuda_plan_cache *plans; /* cuDNN execution plans per op and shape (conv2d.cu, batchnorm.cu) */
+    void (*plans_free)(dlt_cuda_plan_cache *);
+} dlt_cuda_state;
+
+static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }
+static inline cudaStream_t dlt__stream(const dlt_ctx *ctx) { return dlt__cu(ctx)->stream; }
+
+dlt_status dlt__cuda_fail(dlt_ctx *ctx, cudaError_t e, const char *func, const char *what);
+dlt_status dlt__cublas_fail(dlt_ctx *ctx, cublasStatus_t s, const char *func, const char *what);
+dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, const char *what);
+
+#define DLT_CU(ctx, call, func)                                                               \
+    do {                                                                                      \
+        cudaError_t dlt__e = (call);                                                          \
+        if (dlt__e != cudaSuccess) return dlt__cuda_fail((ctx), dlt__e, (func), #call);       \
+    } while (0)
+#define DLT_CUBLAS(ctx, call, func)                                                           \
+    do {                                                                                      \
+        cublasStatus_t dlt__s = (call);                                                       \
+        if (dlt__s != CUBLAS_STATUS_SUCCESS) return dlt__cublas_fail((ctx), dlt__s, (func), #call); \
+    } while (0)
+#define DLT_CUDNN(ctx, call, func)                                                            \
+    do {                                                                                      \
+        cudnnStatus_t dlt__s = (call);                                                        \
+        if (dlt__s != CUDNN_STATUS_SUCCESS) return dlt__cudnn_fail((ctx), dlt__s, (func), #call); \
+    } while (0)
+/* After a kernel launch: launch errors are reported now, execution faults at the next sync. */
+#define DLT_CU_LAUNCHED(ctx, func) DLT_CU((ctx), cudaGetLastError(), (func))
+
+/* Makes sure the shared workspace holds at least n bytes. Growing is not allowed during
+ * graph capture (the pointer must stay fixed): callers size it in warm-up. */
+dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
+dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
+
+/* Kernel launchers implemented in .cu files (extern "C"). */
+dlt_status dlt__cuda_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src);
+dlt_status dlt__cuda_fill(dlt_ctx *ctx, dlt_tensor *t, double value);
+dlt_status dlt__cuda_rand(dlt_ctx *ctx, dlt_tensor *t, int32_t normal, double a, double b,
+                          uint64_t seed, uint64_t offset);
+dlt_status dlt__cuda_add(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, const dlt_tensor *b);
+dlt_status dlt__cuda_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src, int32_t beta);
+dlt_status dlt__cuda_scale(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *s,
+                           double alpha);
+dlt_status dlt__cuda_sum(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double alpha);
+dlt_status dlt__cuda_broadcast_scalar(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, double alpha);
+dlt_status dlt__cuda_relu_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x);
+dlt_status dlt__cuda_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

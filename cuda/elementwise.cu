@@ -1,0 +1,217 @@
+/*
+ * elementwise.cu - CUDA conversions (dtype and memory format), fills, Philox random fills,
+ * add, accumulate, scaling, full sums and ReLU. Each kernel is a grid-stride loop in fp32
+ * math, templated on the storage types and dispatched at run time; one .so serves every
+ * precision. Random fills use lib/core/philox.h, the same code as the CPU backend.
+ */
+#include <type_traits>
+
+#include "../lib/core/philox.h"
+#include "common.cuh"
+
+using namespace dlt;
+
+namespace {
+
+template <typename S, typename D>
+__global__ void convert_kernel(D *dst, const S *src, int64_t n, Shape4 ss, Shape4 ds, int same) {
+    DLT_GRID_STRIDE(i, n) {
+        int64_t si = same ? i : mem_index(ss, i);
+        int64_t di = same ? i : mem_index(ds, i);
+        if constexpr (std::is_integral<S>::value && std::is_integral<D>::value)
+            dst[di] = (D)src[si];
+        else if constexpr (std::is_integral<S>::value)
+            dst[di] = from_f<D>((float)src[si]);
+        else
+            dst[di] = from_f<D>(to_f<S>(src[si]));
+    }
+}
+
+template <typename T> __global__ void fill_kernel(T *p, int64_t n, T v) {
+    DLT_GRID_STRIDE(i, n) p[i] = v;
+}
+
+template <typename T>
+__global__ void rand_kernel(T *p, int64_t n, Shape4 s, int normal, double a, double b,
+                            uint64_t seed, uint64_t off) {
+    DLT_GRID_STRIDE(i, n) {
+        float v;
+        if (normal)
+            v = (float)(a + b * dlt__philox_normal(seed, off, (uint64_t)i));
+        else
+            v = (float)(a + (b - a) * (double)dlt__philox_uniform(seed, off, (uint64_t)i));
+        p[mem_index(s, i)] = from_f<T>(v);
+    }
+}
+
+template <typename T> __global__ void add_kernel(T *y, const T *a, const T *b, int64_t n) {
+    DLT_GRID_STRIDE(i, n) y[i] = from_f<T>(to_f<T>(a[i]) + to_f<T>(b[i]));
+}
+
+template <typename D, typename S>
+__global__ void accumulate_kernel(D *dst, const S *src, int64_t n, Shape4 ds, Shape4 ss, int same,
+                                  int beta) {
+    DLT_GRID_STRIDE(i, n) {
+        int64_t si = same ? i : mem_index(ss, i);
+        int64_t di = same ? i : mem_index(ds, i);
+        float v = to_f<S>(src[si]);
+        if (beta) v += to_f<D>(dst[di]);
+        dst[di] = from_f<D>(v);
+    }
+}
+
+template <typename T>
+__global__ void scale_kernel(T *y, const T *x, int64_t n, const float *s, double alpha) {
+    float f = s ? *s : 1.0f;
+    DLT_GRID_STRIDE(i, n) {
+        float v = to_f<T>(x[i]) * f;
+        if (alpha != 1.0) v = (float)(v * alpha);
+        y[i] = from_f<T>(v);
+    }
+}
+
+/* One block: deterministic order, used for losses and small reductions. */
+template <typename T, typename Y>
+__global__ void sum_kernel(Y *y, const T *x, int64_t n, double alpha) {
+    __shared__ float part[32];
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += to_f<T>(x[i]);
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        acc = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        if (threadIdx.x == 0) y[0] = from_f<Y>((float)(acc * alpha));
+    }
+}
+
+template <typename D, typename S>
+__global__ void broadcast_kernel(D *dx, const S *dy, int64_t n, double alpha) {
+    float v = (float)(to_f<S>(dy[0]) * alpha);
+    DLT_GRID_STRIDE(i, n) dx[i] = from_f<D>(v);
+}
+
+template <typename T> __global__ void relu_fwd_kernel(T *y, const T *x, int64_t n) {
+    DLT_GRID_STRIDE(i, n) {
+        float v = to_f<T>(x[i]);
+        y[i] = from_f<T>((v > 0.0f || v != v) ? v : 0.0f);
+    }
+}
+
+template <typename T> __global__ void relu_bwd_kernel(T *dx, const T *dy, const T *y, int64_t n) {
+    DLT_GRID_STRIDE(i, n) dx[i] = to_f<T>(y[i]) > 0.0f ? dy[i] : from_f<T>(0.0f);
+}
+
+} // namespace
+
+extern "C" {
+
+dlt_status dlt__cuda_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src) {
+    int64_t n = src->numel;
+    Shape4 ss = shape4(src), ds = shape4(dst);
+    int same = dst->format == src->format;
+    cudaStream_t st = dlt__stream(ctx);
+    DLT_DISPATCH_ALL(src->dtype, S, DLT_DISPATCH_ALL(dst->dtype, D,
+        convert_kernel<S, D><<<grid_for(n, 256), 256, 0, st>>>((D *)dlt__data(dst),
+                                                              (const S *)dlt__data(src), n, ss, ds, same)));
+    DLT_CU_LAUNCHED(ctx, "dlt_convert");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_fill(dlt_ctx *ctx, dlt_tensor *t, double value) {
+    int64_t n = t->numel;
+    cudaStream_t st = dlt__stream(ctx);
+    switch (t->dtype) {
+    case DLT_F32: fill_kernel<float><<<grid_for(n, 256), 256, 0, st>>>((float *)dlt__data(t), n, (float)value); break;
+    case DLT_F16: fill_kernel<__half><<<grid_for(n, 256), 256, 0, st>>>((__half *)dlt__data(t), n, __float2half_rn((float)value)); break;
+    case DLT_BF16: fill_kernel<__nv_bfloat16><<<grid_for(n, 256), 256, 0, st>>>((__nv_bfloat16 *)dlt__data(t), n, __float2bfloat16_rn((float)value)); break;
+    case DLT_I32: fill_kernel<int32_t><<<grid_for(n, 256), 256, 0, st>>>((int32_t *)dlt__data(t), n, (int32_t)value); break;
+    case DLT_I64: fill_kernel<int64_t><<<grid_for(n, 256), 256, 0, st>>>((int64_t *)dlt__data(t), n, (int64_t)value); break;
+    default: fill_kernel<uint8_t><<<grid_for(n, 256), 256, 0, st>>>((uint8_t *)dlt__data(t), n, (uint8_t)value); break;
+    }
+    DLT_CU_LAUNCHED(ctx, "dlt_tensor_fill");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_rand(dlt_ctx *ctx, dlt_tensor *t, int32_t normal, double a, double b,
+                          uint64_t seed, uint64_t offset) {
+    int64_t n = t->numel;
+    Shape4 s = shape4(t);
+    DLT_DISPATCH_FLOAT(t->dtype, T,
+        rand_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(t), n, s, normal, a, b, seed, offset));
+    DLT_CU_LAUNCHED(ctx, "dlt_tensor_rand");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_add(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, const dlt_tensor *b) {
+    int64_t n = y->numel;
+    DLT_DISPATCH_FLOAT(y->dtype, T,
+        add_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(y), (const T *)dlt__data(a),
+                                                                      (const T *)dlt__data(b), n));
+    DLT_CU_LAUNCHED(ctx, "dlt_add");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src, int32_t beta) {
+    int64_t n = dst->numel;
+    Shape4 ds = shape4(dst), ss = shape4(src);
+    int same = dst->format == src->format;
+    cudaStream_t st = dlt__stream(ctx);
+    if (same && !beta && dst->dtype == src->dtype) {
+        DLT_CU(ctx, cudaMemcpyAsync(dlt__data(dst), dlt__data(src), dlt__nbytes(dst),
+                                    cudaMemcpyDeviceToDevice, st), "dlt_accumulate");
+        return DLT_OK;
+    }
+    DLT_DISPATCH_FLOAT(dst->dtype, D, DLT_DISPATCH_FLOAT(src->dtype, S,
+        accumulate_kernel<D, S><<<grid_for(n, 256), 256, 0, st>>>((D *)dlt__data(dst), (const S *)dlt__data(src),
+                                                                  n, ds, ss, same, beta)));
+    DLT_CU_LAUNCHED(ctx, "dlt_accumulate");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_scale(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *s,
+                           double alpha) {
+    int64_t n = y->numel;
+    const float *sp = s ? (const float *)dlt__data(s) : NULL;
+    DLT_DISPATCH_FLOAT(y->dtype, T,
+        scale_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(y), (const T *)dlt__data(x),
+                                                                        n, sp, alpha));
+    DLT_CU_LAUNCHED(ctx, "dlt_mul_scalar");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_sum(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double alpha) {
+    DLT_DISPATCH_FLOAT(x->dtype, T, DLT_DISPATCH_FLOAT(y->dtype, Y,
+        sum_kernel<T, Y><<<1, 1024, 0, dlt__stream(ctx)>>>((Y *)dlt__data(y), (const T *)dlt__data(x), x->numel, alpha)));
+    DLT_CU_LAUNCHED(ctx, "dlt_sum");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_broadcast_scalar(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, double alpha) {
+    int64_t n = dx->numel;
+    DLT_DISPATCH_FLOAT(dx->dtype, D, DLT_DISPATCH_FLOAT(dy->dtype, S,
+        broadcast_kernel<D, S><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((D *)dlt__data(dx),
+                                                                               (const S *)dlt__data(dy), n, alpha)));
+    DLT_CU_LAUNCHED(ctx, "dlt_broadcast");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_relu_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x) {
+    int64_t n = x->numel;
+    DLT_DISPATCH_FLOAT(x->dtype, T,
+        relu_fwd_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(y), (const T *)dlt__data(x), n));
+    DLT_CU_LAUNCHED(ctx, "dlt_relu");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y) {
+    int64_t n = dx->numel;
+    DLT_DISPATCH_FLOAT(dx->dtype, T,
+        relu_bwd_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(dx), (const T *)dlt__data(dy),
+                                                                           (const T *)dlt__data(y), n));
+    DLT_CU_LAUNCHED(ctx, "dlt_relu_backward");
+    return DLT_OK;
+}
+
+} // extern "C"

@@ -1,0 +1,49 @@
+/*
+ * dltrain/graph.h - capture a whole training step once and replay it (CUDA graphs).
+ *
+ * The step is a callback that does what one iteration does (next batch, forward, backward,
+ * scaler, optimizer). dlt_graph_create runs it `warmup` times eagerly (plans are built,
+ * buffers and gradients allocated, autocast weight copies made), then captures one call
+ * into a CUDA graph. dlt_graph_run replays it: one launch for the whole step, no host work.
+ *
+ * Rules for a step that replays correctly: it must enqueue the same work every time (no
+ * host reads of device values, no shape changes), keep its inputs in buffers that persist
+ * (the loader's, a module's), and release what it creates. Values the step needs to change
+ * live on the device (the loss scale, the learning rate, the loader's batch cursor).
+ *
+ * When capture is impossible (CPU context, an op that cannot be captured, a host read in
+ * the step), the graph runs the callback eagerly on every dlt_graph_run instead, and the
+ * log callback (core.h) receives a warning naming the reason; dlt_graph_is_captured says
+ * which mode is in force.
+ */
+#ifndef DLTRAIN_GRAPH_H
+#define DLTRAIN_GRAPH_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlt_graph dlt_graph;
+
+/** The step. Returns DLT_OK or a status, which aborts creation/replay with that status. */
+typedef dlt_status (*dlt_step_fn)(void *user);
+
+/** Warms up and captures. The captured call is not executed: the first dlt_graph_run is.
+ *  @return DLT_OK (captured or eager fallback), the step's own failure status, out of
+ *  memory. */
+DLT_API DLT_NODISCARD dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t warmup,
+                                                  dlt_graph **out);
+/** Replays the captured step (or runs it eagerly in fallback mode). Enqueued only. */
+DLT_API DLT_NODISCARD dlt_status dlt_graph_run(dlt_graph *g);
+/** 1 when the step runs as a captured graph, 0 in eager fallback. */
+DLT_API int32_t dlt_graph_is_captured(const dlt_graph *g);
+/** Number of kernel and memory nodes in the captured graph (0 in fallback). */
+DLT_API int64_t dlt_graph_num_nodes(const dlt_graph *g);
+DLT_API void dlt_graph_destroy(dlt_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

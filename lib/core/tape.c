@@ -1,0 +1,405 @@
+/*
+ * tape.c - the autograd-lite tape.
+ *
+ * Recording: each op that needs a gradient creates a node holding (a) edges to where its
+ * inputs' gradients go (another node's output slot, or a leaf), (b) what its backward needs
+ * (saved tensors and attributes). Nodes are reference counted: a tensor holds its producer
+ * (grad_fn), a node holds the producers of its inputs. The context's tape keeps nodes in
+ * recording order as weak pointers; recording order is a topological order, so backward is
+ * a reverse walk that runs every node that received a gradient.
+ *
+ * Backward frees as it goes: after a node runs, its saved tensors and accumulated output
+ * gradients are dropped and the node is marked consumed.
+ *
+ * A node never holds a strong reference to its own outputs (that would be a cycle through
+ * grad_fn): an op that needs its output saves a detached alias (dlt__save_output).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- grad mode ---- */
+
+dlt_status dlt_grad_set_enabled(dlt_ctx *ctx, int32_t enabled, int32_t *previous) {
+    DLT_NULL_CHECK(ctx, "dlt_grad_set_enabled");
+    if (previous) *previous = ctx->grad_enabled;
+    ctx->grad_enabled = enabled != 0;
+    return DLT_OK;
+}
+
+int32_t dlt_grad_is_enabled(const dlt_ctx *ctx) { return ctx ? ctx->grad_enabled : 0; }
+
+/* ---- nodes ---- */
+
+static int tensor_needs_grad(const dlt_tensor *t) {
+    return t && (t->requires_grad || t->grad_fn != NULL);
+}
+
+int dlt__needs_grad(const dlt_ctx *ctx, dlt_tensor *const *inputs, int32_t n) {
+    if (!ctx->grad_enabled) return 0;
+    for (int32_t i = 0; i < n; i++)
+        if (tensor_needs_grad(inputs[i])) return 1;
+    return 0;
+}
+
+static dlt_status tape_append(dlt_ctx *ctx, dlt_node *node) {
+    dlt_tape *tp = &ctx->tape;
+    if (tp->n == tp->cap) {
+        /* compact dead slots first; grow only if that does not free a quarter */
+        int64_t k = 0;
+        for (int64_t i = 0; i < tp->n; i++) {
+            dlt_node *nd = tp->slots[i];
+            if (nd) {
+                nd->slot = k;
+                tp->slots[k++] = nd;
+            }
+        }
+        tp->n = k;
+        if (tp->n > tp->cap - tp->cap / 4) {
+            int64_t cap = tp->cap ? tp->cap * 2 : 256;
+            dlt_node **s = dlt__host_realloc(ctx, tp->slots, (size_t)cap * sizeof *s);
+            if (!s) return dlt__err(DLT_ERR_OUT_OF_MEMORY, "dlt_backward", "cannot grow the tape");
+            tp->slots = s;
+            tp->cap = cap;
+        }
+    }
+    node->slot = tp->n;
+    tp->slots[tp->n++] = node;
+    tp->live++;
+    return DLT_OK;
+}
+
+dlt_status dlt__record(dlt_ctx *ctx, const char *name, dlt_backward_fn backward,
+                       dlt_tensor *const *inputs, int32_t n_in, dlt_tensor *const *outputs,
+                       int32_t n_out, dlt_node **out_node) {
+    *out_node = NULL;
+    if (!dlt__needs_grad(ctx, inputs, n_in)) return DLT_OK;
+    dlt_node *nd = dlt__host_calloc(ctx, 1, sizeof *nd);
+    if (!nd) return dlt__err(DLT_ERR_OUT_OF_MEMORY, name, "cannot allocate a tape node");
+    nd->refcount = 1; /* the tape append below does not count; outputs add theirs */
+    nd->ctx = ctx;
+    nd->name = name;
+    nd->backward = backward;
+    nd->n_in = n_in;
+    nd->n_out = n_out;
+    nd->seq = ctx->tape.next_seq++;
+    dlt_status st = tape_append(ctx, nd);
+    if (st != DLT_OK) {
+        free(nd);
+        return st;
+    }
+    for (int32_t i = 0; i < n_in; i++) {
+        dlt_tensor *t = inputs[i];
+        if (!t) continue;
+        if (t->requires_grad) {
+            nd->next[i].leaf = dlt_tensor_retain(t);
+        } else if (t->grad_fn) {
+            nd->next[i].node = t->grad_fn;
+            t->grad_fn->refcount++;
+            nd->next[i].index = t->grad_fn_output;
+        }
+    }
+    for (int32_t i = 0; i < n_out; i++) {
+        dlt_tensor *o = outputs[i];
+        if (o->grad_fn) dlt__node_release(o->grad_fn);
+        o->grad_fn = nd;
+        o->grad_fn_output = i;
+        o->graph_consumed = 0;
+        nd->refcount++;
+    }
+    nd->refcount--; /* drop the creation reference: outputs now own the node */
+    *out_node = nd;
+    return DLT_OK;
+}
+
+void dlt__save(dlt_node *node, dlt_tensor *t) {
+    if (!node) return;
+    node->saved[node->n_saved++] = dlt_tensor_retain(t);
+}
+
+static void node_drop_saved(dlt_node *nd) {
+    for (int32_t i = 0; i < nd->n_saved; i++) {
+        dlt_tensor_release(nd->saved[i]);
+        nd->saved[i] = NULL;
+    }
+    nd->n_saved = 0;
+    for (int32_t i = 0; i < DLT_NODE_MAX_OUT; i++) {
+        dlt_tensor_release(nd->grad_accum[i]);
+        nd->grad_accum[i] = NULL;
+    }
+}
+
+/* Iterative release: a long chain of nodes must not recurse once per node. */
+void dlt__node_release(dlt_node *node) {
+    dlt_node *stack_buf[64];
+    dlt_node **stack = stack_buf;
+    int64_t sp = 0, cap = 64;
+    if (!node) return;
+    if (--node->refcount > 0) return;
+    stack[sp++] = node;
+    while (sp > 0) {
+        dlt_node *nd = stack[--sp];
+        dlt_ctx *ctx = nd->ctx;
+        if (nd->slot >= 0 && nd->slot < ctx->tape.n && ctx->tape.slots[nd->slot] == nd) {
+            ctx->tape.slots[nd->slot] = NULL;
+            ctx->tape.live--;
+        }
+        node_drop_saved(nd);
+        for (int32_t i = 0; i < nd->n_in; i++) {
+            dlt_tensor_release(nd->next[i].leaf);
+            dlt_node *up = nd->next[i].node;
+            if (up && --up->refcount == 0) {
+                if (sp == cap) {
+                    int64_t ncap = cap * 2;
+                    dlt_node **ns = malloc((size_t)ncap * sizeof *ns);
+                    if (!ns) {
+                        /* Out of memory while freeing: leak the rest rather than crash. */
+                        continue;
+                    }
+                    memcpy(ns, stack, (size_t)sp * sizeof *ns);
+                    if (stack != stack_buf) free(stack);
+                    stack = ns;
+                    cap = ncap;
+                }
+                stack[sp++] = up;
+            }
+        }
+        free(nd);
+    }
+    if (stack != stack_buf) free(stack);
+}
+
+void dlt__tape_fini(dlt_ctx *ctx) {
+    /* Nodes still alive are owned by tensors the user has not released; detach them from
+     * the tape so they do not touch freed memory later. */
+    for (int64_t i = 0; i < ctx->tape.n; i++)
+        if (ctx->tape.slots[i]) ctx->tape.slots[i]->slot = -1;
+    free(ctx->tape.slots);
+    memset(&ctx->tape, 0, sizeof ctx->tape);
+}
+
+dlt_status dlt_tape_live_nodes(dlt_ctx *ctx, int64_t *out) {
+    DLT_NULL_CHECK(ctx, "dlt_tape_live_nodes");
+    DLT_NULL_CHECK(out, "dlt_tape_live_nodes");
+    *out = ctx->tape.live;
+    return DLT_OK;
+}
+
+dlt_status dlt_tape_clear(dlt_ctx *ctx) {
+    DLT_NULL_CHECK(ctx, "dlt_tape_clear");
+    for (int64_t i = 0; i < ctx->tape.n; i++) {
+        dlt_node *nd = ctx->tape.slots[i];
+        if (nd) {
+            node_drop_saved(nd);
+            nd->consumed = 1;
+        }
+    }
+    return DLT_OK;
+}
+
+/* ---- gradient plumbing ---- */
+
+dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g) {
+    if (!slot->needed) {
+        dlt_tensor_release(g);
+        return DLT_OK;
+    }
+    if (slot->dst) {
+        dlt_status st = ctx->be->accumulate(ctx, slot->dst, g, slot->beta);
+        dlt_tensor_release(g);
+        if (st == DLT_OK) slot->written = 1;
+        return st;
+    }
+    slot->result = g;
+    return DLT_OK;
+}
+
+/* Adds g (owned) into *acc (owned), producing a tensor owned by *acc. */
+static dlt_status accumulate_into(dlt_ctx *ctx, dlt_tensor **acc, dlt_tensor *g) {
+    if (!*acc) {
+        *acc = g;
+        return DLT_OK;
+    }
+    dlt_tensor *a = *acc;
+    /* In place when nobody else can see the accumulator (not an alias of another grad). */
+    if (a->refcount == 1 && a->storage->refcount == 1 && a->dtype == g->dtype &&
+        a->format == g->format) {
+        dlt_status st = ctx->be->accumulate(ctx, a, g, 1);
+        dlt_tensor_release(g);
+        return st;
+    }
+    dlt_tensor *sum;
+    DLT_CHECK(dlt__tensor_new_like(a, a->dtype, "dlt_backward", &sum));
+    dlt_status st = ctx->be->memcpy_d2d(ctx, dlt__data(sum), dlt__data(a), dlt__nbytes(a));
+    if (st == DLT_OK) st = ctx->be->accumulate(ctx, sum, g, 1);
+    dlt_tensor_release(g);
+    if (st != DLT_OK) {
+        dlt_tensor_release(sum);
+        return st;
+    }
+    dlt_tensor_release(a);
+    *acc = sum;
+    return DLT_OK;
+}
+
+/* Leaf gradient buffer: created on first need with the leaf's shape, dtype and format. */
+static dlt_status leaf_grad_buffer(dlt_tensor *leaf, dlt_tensor **out) {
+    if (!leaf->grad) {
+        DLT_CHECK(dlt__tensor_new_like(leaf, leaf->dtype, "dlt_backward", &leaf->grad));
+        leaf->grad_defined = 0;
+    }
+    *out = leaf->grad;
+    return DLT_OK;
+}
+
+static dlt_status deliver_to_leaf(dlt_ctx *ctx, dlt_tensor *leaf, dlt_tensor *g) {
+    dlt_tensor *buf;
+    dlt_status st = leaf_grad_buffer(leaf, &buf);
+    if (st == DLT_OK) st = ctx->be->accumulate(ctx, buf, g, leaf->grad_defined ? 1 : 0);
+    dlt_tensor_release(g);
+    if (st == DLT_OK) leaf->grad_defined = 1;
+    return st;
+}
+
+static dlt_status run_node(dlt_ctx *ctx, dlt_node *nd) {
+    dlt_grad_slot slots[DLT_NODE_MAX_IN];
+    memset(slots, 0, sizeof slots);
+    for (int32_t i = 0; i < nd->n_in; i++) {
+        dlt_edge *e = &nd->next[i];
+        if (e->leaf) {
+            slots[i].needed = 1;
+            dlt_tensor *buf;
+            DLT_CHECK(leaf_grad_buffer(e->leaf, &buf));
+            slots[i].dst = buf;
+            slots[i].beta = e->leaf->grad_defined;
+        } else if (e->node && !e->node->consumed) {
+            slots[i].needed = 1;
+        }
+    }
+    dlt_status st = nd->backward(nd, nd->grad_accum, slots);
+    for (int32_t i = 0; i < nd->n_in && st == DLT_OK; i++) {
+        dlt_edge *e = &nd->next[i];
+        if (!slots[i].needed) {
+            dlt_tensor_release(slots[i].result);
+            continue;
+        }
+        if (e->leaf) {
+            if (slots[i].result)
+                st = deliver_to_leaf(ctx, e->leaf, slots[i].result);
+            else if (slots[i].written)
+                e->leaf->grad_defined = 1;
+            slots[i].result = NULL;
+        } else if (e->node && slots[i].result) {
+            st = accumulate_into(ctx, &e->node->grad_accum[e->index], slots[i].result);
+            slots[i].result = NULL;
+        }
+    }
+    for (int32_t i = 0; i < nd->n_in; i++) dlt_tensor_release(slots[i].result);
+    return st;
+}
+
+dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
+    static const char *F = "dlt_backward";
+    DLT_CHECK(dlt__check_tensor(root, F, "root"));
+    dlt_ctx *ctx = root->ctx;
+    if (grad) {
+        DLT_CHECK(dlt__check_tensor(grad, F, "grad"));
+        DLT_CHECK(dlt__check_same_ctx(root, grad, F, "root", "grad"));
+        if (!dlt__same_shape(root, grad)) {
+            char a[96], b[96];
+            return dlt__err(DLT_ERR_SHAPE, F, "grad has shape %s but root has %s",
+                            dlt__shape_str(grad, a, sizeof a), dlt__shape_str(root, b, sizeof b));
+        }
+    } else if (root->numel != 1) {
+        char a[96];
+        return dlt__err(DLT_ERR_SHAPE, F,
+                        "root has shape %s: a gradient must be given for a non-scalar root",
+                        dlt__shape_str(root, a, sizeof a));
+    }
+    dlt_node *start = root->grad_fn;
+    if (!start) {
+        if (root->requires_grad) { /* backward on a leaf: its gradient is the seed */
+            dlt_tensor *g;
+            if (grad) {
+                DLT_CHECK(dlt__tensor_new_like(root, root->dtype, F, &g));
+                dlt_status st = ctx->be->convert(ctx, g, grad);
+                if (st != DLT_OK) {
+                    dlt_tensor_release(g);
+                    return st;
+                }
+            } else {
+                DLT_CHECK(dlt__tensor_new_like(root, root->dtype, F, &g));
+                dlt_status st = ctx->be->fill(ctx, g, 1.0);
+                if (st != DLT_OK) {
+                    dlt_tensor_release(g);
+                    return st;
+                }
+            }
+            return deliver_to_leaf(ctx, root, g);
+        }
+        if (root->graph_consumed)
+            return dlt__err(DLT_ERR_INVALID_STATE, F,
+                            "backward already ran through this graph; run the forward again");
+        return dlt__err(DLT_ERR_INVALID_STATE, F,
+                        "the root was not produced by recorded ops (grad mode off, or no input "
+                        "requires a gradient)");
+    }
+    if (start->consumed)
+        return dlt__err(DLT_ERR_INVALID_STATE, F,
+                        "backward already ran through this graph (node '%s'); run the forward "
+                        "again to record a new one",
+                        start->name);
+    if (start->slot < 0)
+        return dlt__err(DLT_ERR_INVALID_STATE, F, "the recording belongs to a destroyed tape");
+
+    /* seed */
+    dlt_tensor *seed;
+    DLT_CHECK(dlt__tensor_new_like(root, root->dtype, F, &seed));
+    dlt_status st = grad ? (grad->dtype == root->dtype && grad->format == root->format
+                                ? ctx->be->memcpy_d2d(ctx, dlt__data(seed), dlt__data(grad),
+                                                      dlt__nbytes(seed))
+                                : ctx->be->convert(ctx, seed, grad))
+                         : ctx->be->fill(ctx, seed, 1.0);
+    if (st != DLT_OK) {
+        dlt_tensor_release(seed);
+        return dlt__err_wrap(st, F);
+    }
+    st = accumulate_into(ctx, &start->grad_accum[root->grad_fn_output], seed);
+    if (st != DLT_OK) return dlt__err_wrap(st, F);
+
+    /* Keep the start node alive while we walk (the root may be released by a hook). */
+    start->refcount++;
+    for (int64_t i = start->slot; i >= 0 && st == DLT_OK; i--) {
+        dlt_node *nd = ctx->tape.slots[i];
+        if (!nd || nd->consumed) continue;
+        int has = 0;
+        for (int32_t k = 0; k < nd->n_out; k++) has |= nd->grad_accum[k] != NULL;
+        if (!has) continue;
+        nd->refcount++;
+        st = run_node(ctx, nd);
+        node_drop_saved(nd);
+        nd->consumed = 1;
+        dlt__node_release(nd);
+    }
+    root->graph_consumed = 1;
+    dlt__node_release(start);
+    return st == DLT_OK ? st : dlt__err_wrap(st, F);
+}
+
+dlt_status dlt_zero_grad(dlt_tensor *const *params, int32_t n, int32_t set_to_none) {
+    static const char *F = "dlt_zero_grad";
+    if (n > 0) DLT_NULL_CHECK(params, F);
+    if (n < 0) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "n %d is negative", n);
+    for (int32_t i = 0; i < n; i++) {
+        dlt_tensor *p = params[i];
+        if (!p || !p->grad || !p->grad_defined) continue;
+        if (set_to_none) {
+            p->grad_defined = 0; /* buffer kept; the next backward overwrites it */
+        } else {
+            dlt_status st = p->ctx->be->memset0(p->ctx, dlt__data(p->grad), dlt__nbytes(p->grad));
+            if (st != DLT_OK) return dlt__err_wrap(st, F);
+        }
+    }
+    return DLT_OK;
+}

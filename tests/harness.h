@@ -1,0 +1,216 @@
+/*
+ * harness.h - a tiny TAP test harness. Each test case is a function; RUN() executes it and
+ * prints one TAP line ("ok N - name", "not ok N - name", "ok N - name # SKIP reason").
+ * scripts/test.sh counts these lines across all test programs.
+ *
+ *   static void test_fill(void) { CHECK_OK(dlt_tensor_fill(t, 1.0)); CHECK(v == 1.0, "v=%g", v); }
+ *   int main(void) { RUN(test_fill); return th_done(); }
+ *
+ * Inside a test, SKIP("reason") ends the case as skipped; CHECK records a failure with its
+ * message (and goes on, so one run shows every broken assertion); REQUIRE stops the case.
+ */
+#ifndef DLT_TEST_HARNESS_H
+#define DLT_TEST_HARNESS_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dltrain.h"
+
+#define TH_UNUSED __attribute__((unused))
+
+static TH_UNUSED int th_count, th_failed_cases, th_case_failed, th_case_skipped;
+static char th_skip_reason[256];
+static jmp_buf th_jmp;
+
+static TH_UNUSED void th_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    printf("# FAIL %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    th_case_failed = 1;
+}
+
+/* CHECK(cond) or CHECK(cond, "fmt", args...): the trailing "" keeps ISO C's variadic
+ * macros happy when no message is given (th_fail ignores the extra argument). */
+#define CHECK(...) TH_CHECK_(__VA_ARGS__, "")
+#define TH_CHECK_(cond, ...)                                                                  \
+    do {                                                                                      \
+        if (!(cond)) th_fail(__FILE__, __LINE__, "CHECK(" #cond ") " __VA_ARGS__);            \
+    } while (0)
+#define REQUIRE(...) TH_REQUIRE_(__VA_ARGS__, "")
+#define TH_REQUIRE_(cond, ...)                                                                \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            th_fail(__FILE__, __LINE__, "REQUIRE(" #cond ") " __VA_ARGS__);                   \
+            longjmp(th_jmp, 1);                                                               \
+        }                                                                                     \
+    } while (0)
+/* A call that must succeed; on failure prints the status and the library's message. */
+#define CHECK_OK(call)                                                                        \
+    do {                                                                                      \
+        dlt_status th_s = (call);                                                             \
+        if (th_s != DLT_OK) {                                                                 \
+            th_fail(__FILE__, __LINE__, "%s -> %d (%s): %s", #call, th_s,                     \
+                    dlt_status_string(th_s), dlt_last_error());                               \
+            longjmp(th_jmp, 1);                                                               \
+        }                                                                                     \
+    } while (0)
+/* A call that must fail with `code` and leave a non-empty message. */
+#define CHECK_STATUS(call, code)                                                              \
+    do {                                                                                      \
+        dlt_clear_error();                                                                    \
+        dlt_status th_s = (call);                                                             \
+        if (th_s != (code))                                                                   \
+            th_fail(__FILE__, __LINE__, "%s -> %d (%s), expected %d (%s); message: %s", #call, \
+                    th_s, dlt_status_string(th_s), (int)(code), dlt_status_string(code),      \
+                    dlt_last_error());                                                        \
+        else if (dlt_last_error()[0] == '\0')                                                 \
+            th_fail(__FILE__, __LINE__, "%s failed without a message", #call);                \
+    } while (0)
+#define CHECK_NEAR(a, b, tol)                                                                 \
+    do {                                                                                      \
+        double th_a = (a), th_b = (b);                                                        \
+        if (!(fabs(th_a - th_b) <= (tol)))                                                    \
+            th_fail(__FILE__, __LINE__, "%s = %.9g vs %s = %.9g (tol %g)", #a, th_a, #b, th_b, \
+                    (double)(tol));                                                           \
+    } while (0)
+#define SKIP(...)                                                                             \
+    do {                                                                                      \
+        snprintf(th_skip_reason, sizeof th_skip_reason, __VA_ARGS__);                         \
+        th_case_skipped = 1;                                                                  \
+        longjmp(th_jmp, 1);                                                                   \
+    } while (0)
+
+static TH_UNUSED void th_run(void (*fn)(void), const char *name) {
+    th_case_failed = 0;
+    th_case_skipped = 0;
+    th_skip_reason[0] = '\0';
+    if (setjmp(th_jmp) == 0) fn();
+    th_count++;
+    if (th_case_failed) {
+        th_failed_cases++;
+        printf("not ok %d - %s\n", th_count, name);
+    } else if (th_case_skipped) {
+        printf("ok %d - %s # SKIP %s\n", th_count, name, th_skip_reason);
+    } else {
+        printf("ok %d - %s\n", th_count, name);
+    }
+    fflush(stdout);
+}
+#define RUN(fn) th_run(fn, #fn)
+
+static TH_UNUSED int th_done(void) {
+    printf("1..%d\n", th_count);
+    return th_failed_cases ? 1 : 0;
+}
+
+/* ---- helpers shared by test programs ---- */
+
+/* A CUDA context on device 0, or NULL (the caller skips) with the reason in th_skip_reason. */
+static TH_UNUSED dlt_ctx *th_cuda_ctx(void) {
+    int32_t n = 0;
+    if (!dlt_built_with_cuda()) {
+        snprintf(th_skip_reason, sizeof th_skip_reason, "built without CUDA");
+        return NULL;
+    }
+    if (dlt_cuda_device_count(&n) != DLT_OK || n == 0) {
+        snprintf(th_skip_reason, sizeof th_skip_reason, "no CUDA device");
+        return NULL;
+    }
+    dlt_ctx *ctx = NULL;
+    if (dlt_ctx_create(DLT_DEVICE_CUDA, 0, DLT_ABI_VERSION, &ctx) != DLT_OK) {
+        snprintf(th_skip_reason, sizeof th_skip_reason, "CUDA context failed: %s", dlt_last_error());
+        return NULL;
+    }
+    return ctx;
+}
+#define CUDA_CTX_OR_SKIP(var)                                                                 \
+    dlt_ctx *var = th_cuda_ctx();                                                             \
+    do {                                                                                      \
+        if (!var) {                                                                           \
+            th_case_skipped = 1; /* th_cuda_ctx wrote the reason */                           \
+            longjmp(th_jmp, 1);                                                               \
+        }                                                                                     \
+    } while (0)
+
+static TH_UNUSED dlt_ctx *th_cpu_ctx(void) {
+    dlt_ctx *ctx = NULL;
+    if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx) != DLT_OK) {
+        printf("# cannot create a CPU context: %s\n", dlt_last_error());
+        exit(1);
+    }
+    return ctx;
+}
+
+/* Tensor from float values (converted to dtype on the device). */
+static TH_UNUSED dlt_tensor *th_tensor_f32(dlt_ctx *ctx, const float *vals, const int64_t *shape, int32_t ndim) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < ndim; i++) n *= shape[i];
+    dlt_tensor *t = NULL;
+    if (dlt_tensor_from_host(ctx, DLT_F32, shape, ndim, DLT_FORMAT_CONTIGUOUS, vals,
+                             (size_t)n * sizeof(float), &t) != DLT_OK) {
+        printf("# th_tensor_f32: %s\n", dlt_last_error());
+        exit(1);
+    }
+    return t;
+}
+
+/* Reads any tensor as f32 values in logical (NCHW) order; the caller frees. */
+static TH_UNUSED float *th_read_f32(const dlt_tensor *t) {
+    dlt_tensor *a = NULL, *b = NULL;
+    const dlt_tensor *src = t;
+    if (dlt_tensor_format(t) != DLT_FORMAT_CONTIGUOUS) {
+        if (dlt_tensor_to_format(src, DLT_FORMAT_CONTIGUOUS, &a) != DLT_OK) return NULL;
+        src = a;
+    }
+    if (dlt_tensor_dtype(src) != DLT_F32) {
+        if (dlt_tensor_cast(src, DLT_F32, &b) != DLT_OK) {
+            dlt_tensor_release(a);
+            return NULL;
+        }
+        src = b;
+    }
+    int64_t n = dlt_tensor_numel(src);
+    float *out = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (dlt_tensor_copy_to_host(src, out, (size_t)n * sizeof(float)) != DLT_OK) {
+        free(out);
+        out = NULL;
+    }
+    dlt_tensor_release(a);
+    dlt_tensor_release(b);
+    return out;
+}
+
+/* Relative norm error ||a - b|| / ||b|| (b the reference); 0 when both are zero. */
+static TH_UNUSED double th_rel_err(const float *a, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        if (a[i] != a[i]) return INFINITY;
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    if (den == 0) return sqrt(num);
+    return sqrt(num / den);
+}
+
+static TH_UNUSED double th_rel_err_f(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        if (a[i] != a[i] || b[i] != b[i]) return INFINITY;
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    if (den == 0) return sqrt(num);
+    return sqrt(num / den);
+}
+
+#endif

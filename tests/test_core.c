@@ -1,0 +1,192 @@
+/*
+ * test_core.c - versions, status strings, the thread-local error message, contexts (CPU,
+ * CUDA where present, refusals), memory statistics and the failure-injection hook.
+ */
+#include <pthread.h>
+
+#include "harness.h"
+
+static void test_version(void) {
+    CHECK(dlt_version() == DLT_VERSION, "%u vs %d", dlt_version(), DLT_VERSION);
+    CHECK(dlt_abi_version() == DLT_ABI_VERSION);
+    CHECK(strcmp(dlt_version_string(), "0.1.0") == 0, "%s", dlt_version_string());
+}
+
+static void test_status_strings(void) {
+    const dlt_status codes[] = {DLT_OK, DLT_ERR_INVALID_ARGUMENT, DLT_ERR_NULL_POINTER,
+                                DLT_ERR_SHAPE, DLT_ERR_DTYPE, DLT_ERR_CONTEXT_MISMATCH,
+                                DLT_ERR_INVALID_STATE, DLT_ERR_VERSION, DLT_ERR_NOT_SUPPORTED,
+                                DLT_ERR_NO_DEVICE, DLT_ERR_OUT_OF_MEMORY,
+                                DLT_ERR_DEVICE_OUT_OF_MEMORY, DLT_ERR_CUDA, DLT_ERR_CUBLAS,
+                                DLT_ERR_CUDNN, DLT_ERR_CONTEXT_POISONED, DLT_ERR_IO,
+                                DLT_ERR_FORMAT, DLT_ERR_INTERNAL};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        const char *s = dlt_status_string(codes[i]);
+        CHECK(s && s[0] && strcmp(s, "unknown status") != 0, "code %d", codes[i]);
+        for (size_t j = 0; j < i; j++) CHECK(strcmp(s, dlt_status_string(codes[j])) != 0, "dup %d", codes[i]);
+    }
+    CHECK(strcmp(dlt_status_string(12345), "unknown status") == 0);
+    /* kinds by hundreds */
+    CHECK(DLT_ERR_SHAPE / 100 == 1 && DLT_ERR_NO_DEVICE / 100 == 2 &&
+          DLT_ERR_DEVICE_OUT_OF_MEMORY / 100 == 3 && DLT_ERR_CUDNN / 100 == 4 &&
+          DLT_ERR_FORMAT / 100 == 5 && DLT_ERR_INTERNAL / 100 == 9);
+}
+
+static void test_ctx_cpu(void) {
+    dlt_ctx *ctx = NULL;
+    CHECK_OK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
+    CHECK(dlt_ctx_device_type(ctx) == DLT_DEVICE_CPU);
+    char name[64];
+    CHECK_OK(dlt_ctx_device_name(ctx, name, sizeof name));
+    CHECK(strcmp(name, "cpu") == 0, "%s", name);
+    CHECK_OK(dlt_ctx_synchronize(ctx));
+    CHECK_OK(dlt_ctx_check(ctx));
+    CHECK_OK(dlt_ctx_set_seed(ctx, 1234));
+    uint64_t seed = 0, off = 99;
+    CHECK_OK(dlt_ctx_get_seed(ctx, &seed, &off));
+    CHECK(seed == 1234 && off == 0);
+    dlt_ctx_destroy(ctx);
+    dlt_ctx_destroy(NULL);
+}
+
+static void test_ctx_errors(void) {
+    dlt_ctx *ctx = (dlt_ctx *)0x1;
+    CHECK_STATUS(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION + 1, &ctx), DLT_ERR_VERSION);
+    CHECK(strstr(dlt_last_error(), "ABI") != NULL, "%s", dlt_last_error());
+    CHECK(ctx == (dlt_ctx *)0x1, "out-pointer must be untouched on failure");
+    CHECK_STATUS(dlt_ctx_create(7, 0, DLT_ABI_VERSION, &ctx), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, NULL), DLT_ERR_NULL_POINTER);
+    CHECK(strstr(dlt_last_error(), "dlt_ctx_create") == dlt_last_error(),
+          "message names the function: %s", dlt_last_error());
+    CHECK(dlt_last_error_code() == DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_ctx_synchronize(NULL), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_ctx_set_seed(NULL, 1), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_memory_stat(NULL, 0, NULL), DLT_ERR_NULL_POINTER);
+    CHECK(dlt_ctx_device_type(NULL) == -1);
+}
+
+/* A CUDA context where none can exist must fail cleanly (no crash) with NO_DEVICE. */
+static void test_ctx_cuda_absent(void) {
+    int32_t n = -1;
+    CHECK_OK(dlt_cuda_device_count(&n));
+    CHECK(n >= 0);
+    dlt_ctx *ctx = NULL;
+    if (n > 0) {
+        CHECK_STATUS(dlt_ctx_create(DLT_DEVICE_CUDA, n, DLT_ABI_VERSION, &ctx), DLT_ERR_NO_DEVICE);
+        CHECK_STATUS(dlt_ctx_create(DLT_DEVICE_CUDA, -1, DLT_ABI_VERSION, &ctx), DLT_ERR_INVALID_ARGUMENT);
+        return;
+    }
+    CHECK_STATUS(dlt_ctx_create(DLT_DEVICE_CUDA, 0, DLT_ABI_VERSION, &ctx), DLT_ERR_NO_DEVICE);
+    CHECK(ctx == NULL);
+    CHECK(strlen(dlt_last_error()) > 20, "a readable reason: %s", dlt_last_error());
+}
+
+static void test_last_error_copy(void) {
+    (void)dlt_ctx_synchronize(NULL);
+    char small[8];
+    size_t len = dlt_last_error_copy(small, sizeof small);
+    CHECK(len == strlen(dlt_last_error()));
+    CHECK(strlen(small) == 7 && strncmp(small, dlt_last_error(), 7) == 0);
+    CHECK(dlt_last_error_copy(NULL, 0) == len);
+    dlt_clear_error();
+    CHECK(dlt_last_error()[0] == '\0' && dlt_last_error_code() == DLT_OK);
+}
+
+static void *thread_fn(void *arg) {
+    (void)arg;
+    dlt_clear_error();
+    (void)dlt_ctx_set_seed(NULL, 0);
+    return (void *)(strstr(dlt_last_error(), "dlt_ctx_set_seed") ? (void *)1 : NULL);
+}
+
+static void test_error_thread_local(void) {
+    (void)dlt_ctx_synchronize(NULL);
+    pthread_t th;
+    void *res = NULL;
+    REQUIRE(pthread_create(&th, NULL, thread_fn, NULL) == 0);
+    pthread_join(th, &res);
+    CHECK(res == (void *)1, "the other thread saw its own message");
+    CHECK(strstr(dlt_last_error(), "dlt_ctx_synchronize") != NULL,
+          "this thread's message is untouched: %s", dlt_last_error());
+}
+
+static void test_memory_stats_cpu(void) {
+    dlt_ctx *ctx = th_cpu_ctx();
+    uint64_t a0, a1, peak, count;
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &a0));
+    int64_t shape[2] = {100, 10};
+    dlt_tensor *t = NULL;
+    CHECK_OK(dlt_tensor_empty(ctx, DLT_F32, shape, 2, DLT_FORMAT_CONTIGUOUS, &t));
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &a1));
+    CHECK(a1 - a0 == 4000, "allocated grew by %llu", (unsigned long long)(a1 - a0));
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_ALLOC_COUNT, &count));
+    CHECK(count == 1);
+    dlt_tensor_release(t);
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &a1));
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_PEAK_ALLOCATED, &peak));
+    CHECK(a1 == a0 && peak == a0 + 4000);
+    CHECK_OK(dlt_memory_reset_peak(ctx));
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_PEAK_ALLOCATED, &peak));
+    CHECK(peak == a1);
+    CHECK_OK(dlt_empty_cache(ctx));
+    CHECK_STATUS(dlt_memory_stat(ctx, 42, &peak), DLT_ERR_INVALID_ARGUMENT);
+    dlt_ctx_destroy(ctx);
+}
+
+static void test_fail_alloc_hook(void) {
+    dlt_ctx *ctx = th_cpu_ctx();
+    int64_t shape[1] = {16};
+    dlt_tensor *keep = NULL, *t = NULL;
+    CHECK_OK(dlt_tensor_zeros(ctx, DLT_F32, shape, 1, DLT_FORMAT_CONTIGUOUS, &keep));
+    CHECK_OK(dlt_tensor_fill(keep, 3.0));
+    int64_t c0 = 0, c1 = 0;
+    CHECK_OK(dlt_testing_alloc_count(ctx, &c0));
+    CHECK_OK(dlt_tensor_empty(ctx, DLT_F32, shape, 1, DLT_FORMAT_CONTIGUOUS, &t));
+    CHECK_OK(dlt_testing_alloc_count(ctx, &c1));
+    int64_t per_tensor = c1 - c0;
+    CHECK(per_tensor >= 1);
+    dlt_tensor_release(t);
+    for (int64_t k = 1; k <= per_tensor; k++) {
+        t = NULL;
+        CHECK_OK(dlt_testing_fail_alloc(ctx, k));
+        CHECK_STATUS(dlt_tensor_empty(ctx, DLT_F32, shape, 1, DLT_FORMAT_CONTIGUOUS, &t),
+                     DLT_ERR_OUT_OF_MEMORY);
+        CHECK(t == NULL);
+        /* the retry succeeds and earlier objects are intact */
+        CHECK_OK(dlt_tensor_empty(ctx, DLT_F32, shape, 1, DLT_FORMAT_CONTIGUOUS, &t));
+        dlt_tensor_release(t);
+    }
+    double v = 0;
+    CHECK_OK(dlt_tensor_get(keep, 15, &v));
+    CHECK(v == 3.0);
+    uint64_t count;
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_ALLOC_COUNT, &count));
+    CHECK(count == 1, "no leak after failures: %llu live", (unsigned long long)count);
+    dlt_tensor_release(keep);
+    dlt_ctx_destroy(ctx);
+}
+
+static void test_cuda_ctx(void) {
+    CUDA_CTX_OR_SKIP(ctx);
+    char name[256];
+    CHECK_OK(dlt_ctx_device_name(ctx, name, sizeof name));
+    printf("# device: %s\n", name);
+    CHECK(strlen(name) > 0);
+    CHECK(dlt_ctx_device_type(ctx) == DLT_DEVICE_CUDA);
+    CHECK_OK(dlt_ctx_synchronize(ctx));
+    dlt_ctx_destroy(ctx);
+}
+
+int main(void) {
+    RUN(test_version);
+    RUN(test_status_strings);
+    RUN(test_ctx_cpu);
+    RUN(test_ctx_errors);
+    RUN(test_ctx_cuda_absent);
+    RUN(test_last_error_copy);
+    RUN(test_error_thread_local);
+    RUN(test_memory_stats_cpu);
+    RUN(test_fail_alloc_hook);
+    RUN(test_cuda_ctx);
+    return th_done();
+}
