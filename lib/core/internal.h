@@ -200,6 +200,17 @@ dlt_status dlt__check_ndim(const dlt_tensor *t, int32_t ndim, const char *func, 
  * (lib/ops), so backends only return NOT_SUPPORTED for combinations they lack, or
  * device/library failures. Nothing here synchronises with the host unless it says so.
  * "beta" arguments are 0 (overwrite) or 1 (accumulate into the destination).
+ *
+ * What the front doors guarantee to kernels:
+ *  - all tensors of one call are on the kernel's context, with the shapes documented below;
+ *  - conv2d: x, w, y (and dx, dw, dy) share one memory format and one float dtype (the front
+ *    door casts and converts); bias has that dtype too; dw/db have w's/b's dtype and format;
+ *  - batchnorm: x, y, residual, dx, dy, dresidual share dtype and format; gamma, beta, running
+ *    stats, save_mean, save_invstd, dgamma, dbeta are f32 [C];
+ *  - pooling: x, y, dx, dy share dtype and format; indices are i32 in y's format;
+ *  - linear: 2-D contiguous tensors of one float dtype;
+ *  - cross entropy: logits [N,K] contiguous, any float dtype; loss, dloss f32 one element.
+ * Kernels may assume numel > 0 (front doors handle empty tensors).
  * ------------------------------------------------------------------------------------- */
 typedef struct dlt_conv_params {
     int64_t stride[2], pad[2], dil[2], groups;
@@ -209,33 +220,109 @@ typedef struct dlt_pool_params {
     int64_t kernel[2], stride[2], pad[2];
 } dlt_pool_params;
 
-/* One SGD launch over many parameters (multi-tensor). Arrays hold n entries. */
+/* ---- optimizer (lib/optim, lib/cpu/sgd.c, cuda/sgd.cu) ----
+ * An optimizer's per-step values live in one block of its context's device memory: a
+ * dlt_optim_dev followed by one int32 flag per parameter (1 once that parameter's momentum
+ * buffer holds data). Kernels read and write them, so a step never waits for the host and
+ * a step the GradScaler skips on the device leaves no trace. */
+typedef struct dlt_optim_dev {
+    double base_lr;       /* schedule base (equals lr while no schedule is active) */
+    int64_t step;         /* applied steps (skipped steps do not count) */
+    float lr;             /* learning rate used by the next step */
+    int32_t last_applied; /* 1 if the last step was applied, 0 if it was skipped */
+    int32_t done_blocks;  /* CUDA: blocks finished in the current launch (reset by the last) */
+    int32_t pad_;
+} dlt_optim_dev;
+
+/* Learning-rate schedule, evaluated after each applied step t (lib/optim/schedule.c):
+ * lr = main(base, t) * warmup(t). Passed by value to kernels. */
+#define DLT_LR_MAIN_NONE 0
+#define DLT_LR_MAIN_STEP 1
+#define DLT_LR_MAIN_MULTISTEP 2
+#define DLT_LR_MAIN_COSINE 3
+#define DLT_LR_MAX_MILESTONES 32
+typedef struct dlt_lr_schedule {
+    int32_t main_kind;    /* DLT_LR_MAIN_* */
+    int32_t warmup;       /* 1: LinearLR warm-up factor applies */
+    int64_t step_size;    /* StepLR */
+    double gamma;         /* StepLR, MultiStepLR */
+    int64_t milestones[DLT_LR_MAX_MILESTONES];
+    int32_t n_milestones;
+    int32_t pad_;
+    int64_t t_max;        /* CosineAnnealingLR */
+    double eta_min;
+    int64_t warmup_steps; /* LinearLR */
+    double start_factor;
+} dlt_lr_schedule;
+
+/* Writes to an optimizer's dlt_optim_dev, applied in this order (each when its flag is 1). */
+typedef struct dlt_optim_state_op {
+    int32_t write_lr;     /* lr = (float)lr_value */
+    int32_t write_base;   /* base_lr = base_value */
+    int32_t write_step;   /* step = step_value */
+    int32_t base_from_lr; /* base_lr = lr (after the writes above) */
+    int32_t evaluate;     /* lr = (float)schedule(base_lr, step) (last) */
+    int32_t pad_;
+    double lr_value, base_value;
+    int64_t step_value;
+    dlt_lr_schedule schedule;
+} dlt_optim_state_op;
+
+/* One SGD step over the n parameters that have a gradient (multi-tensor: one launch on
+ * CUDA). Parameter, gradient, buffer and same-format low-precision copies share shape and
+ * memory format; the arithmetic is elementwise, so the format does not matter. */
 typedef struct dlt_sgd_launch {
     int32_t n;
     dlt_tensor **params;    /* fp32 masters, updated in place */
-    dlt_tensor **grads;     /* fp32 gradients (read; written back only for maximize? never) */
-    dlt_tensor **bufs;      /* momentum buffers or NULL entries when momentum == 0 */
-    dlt_tensor **lp_copies; /* NULL entries, or f16/bf16 copies to refresh from the new param */
-    int32_t *buf_index;     /* index of each param's flag in buf_init */
-    void *buf_init;         /* device/host int32 array: 1 once a momentum buffer holds data */
-    const void *lr;         /* device/host float: learning rate */
+    dlt_tensor **grads;     /* fp32 gradients (read only) */
+    dlt_tensor **bufs;      /* momentum buffers (n entries), or NULL when momentum == 0 */
+    dlt_tensor **lp_copies; /* 2n entries: [2i] f16, [2i+1] bf16 copy of param i to write with
+                             * the rounded new value, or NULL; same shape and format */
+    int32_t *buf_index;     /* param i's flag is buf_init[buf_index[i]] */
+    void *buf_init;         /* device int32 flags, read and set by the kernel */
+    void *state;            /* device dlt_optim_dev: lr read; step, last_applied, lr written */
     double momentum, dampening, weight_decay;
     int32_t nesterov, maximize;
-    const void *found_inf;  /* device/host float or NULL: skip everything when != 0 */
+    const void *found_inf;  /* device f32 or NULL: when != 0 nothing changes except
+                             * last_applied = 0 */
+    const dlt_lr_schedule *schedule; /* NULL, or evaluated into lr after an applied step */
 } dlt_sgd_launch;
 
+/* Data pipeline (lib/data, lib/cpu/data.c, cuda/data.cu). Images are 3x32x32 uint8 planes
+ * (CIFAR-10's record order); labels int32. */
+#define DLT_DATA_C 3
+#define DLT_DATA_H 32
+#define DLT_DATA_W 32
+#define DLT_DATA_IMAGE_BYTES (DLT_DATA_C * DLT_DATA_H * DLT_DATA_W)
+
+/* Where a loader stands, in the backend's memory so that a captured step reads and
+ * advances it on replay: the batch of the epoch that the next gather reads, and the epoch
+ * (which keys the augmentation draws). */
+typedef struct dlt_data_cursor {
+    int64_t batch;
+    int64_t epoch;
+} dlt_data_cursor;
+
+/* One batch: row i of the batch is epoch position p = cursor->batch * batch_size + i (taken
+ * modulo count, so a replay past the end wraps instead of reading out of bounds), sample
+ * perm[p] (or p when perm is NULL). x = byte / 255 in fp32, then (x - mean[c]) / std[c]
+ * when normalize, rounded to x's dtype. Augmentation: Philox draw of (aug_seed, epoch,
+ * unwrapped p) gives a crop offset and a flip (lib/data/data_internal.h). */
 typedef struct dlt_data_launch {
-    const void *images;   /* uint8 [count, 3, 32, 32] on the backend's device */
-    const void *labels;   /* uint8 [count] */
-    const void *indices;  /* int32 [n] sample indices for this batch */
-    int64_t n;            /* batch size of this batch */
-    int64_t c, h, w;      /* 3, 32, 32 */
-    float mean[3], inv_std[3]; /* per-channel normalisation (0 and 1 = ToTensor only) */
-    int32_t augment;      /* random crop with padding + horizontal flip */
-    int32_t crop_pad;
-    uint64_t seed, offset; /* Philox stream for augmentation */
-    dlt_tensor *x;        /* output [n, 3, h, w], float dtype, any format */
-    dlt_tensor *y;        /* output [n], int32 or int64 */
+    const uint8_t *images;          /* [count, 3, 32, 32] on the backend's device */
+    const int32_t *labels;          /* [count] */
+    int64_t count;
+    const int32_t *perm;            /* [count] sample order of the epoch, or NULL: identity */
+    const dlt_data_cursor *cursor;  /* device/host, read by the gather */
+    int64_t batch_size;             /* rows of a full batch */
+    int64_t n;                      /* rows written (x->shape[0] == y->shape[0] == n) */
+    int32_t normalize;
+    float mean[3], std[3];
+    int32_t crop_pad;               /* 0: no crop */
+    int32_t hflip;
+    uint64_t aug_seed;
+    dlt_tensor *x;                  /* [n, 3, 32, 32] f32/f16/bf16, either format */
+    dlt_tensor *y;                  /* [n] int32 or int64 */
 } dlt_data_launch;
 
 struct dlt_backend {
@@ -344,14 +431,20 @@ struct dlt_backend {
                          const dlt_tensor *saved, int64_t ignore_index, int32_t reduction);
 
     /* optimizer and scaler */
+    /* Applies PyTorch's foreach SGD to L->params (see dlt_sgd_launch), refreshes the
+     * low-precision copies, sets the momentum flags of the updated parameters; then, unless
+     * skipped: state->step++, last_applied = 1, lr = schedule(...) when one is given. */
     dlt_status (*sgd_step)(dlt_ctx *ctx, const dlt_sgd_launch *L);
     /* For every grad: found_inf = 1 if any element is inf/NaN; multiply in place by
-     * inv = (float)(1.0 / (double)scale[0]) unless inv == 1. */
+     * inv = (float)(1.0 / (double)scale[0]) unless inv == 1. found_inf is not cleared
+     * first. */
     dlt_status (*amp_unscale)(dlt_ctx *ctx, dlt_tensor **grads, int32_t n, void *found_inf,
                               const void *scale);
-    /* PyTorch's _amp_update_scale_: scale f32, growth_tracker i32, found_inf f32. */
+    /* PyTorch's _amp_update_scale_: scale f32, growth_tracker i32; the inf flag is the sum
+     * of found_inf[i] (f32) over the bits i set in mask. */
     dlt_status (*amp_update)(dlt_ctx *ctx, void *scale, void *growth_tracker, const void *found_inf,
-                             double growth_factor, double backoff_factor, int32_t growth_interval);
+                             uint32_t mask, double growth_factor, double backoff_factor,
+                             int32_t growth_interval);
 
     /* data: one batch from resident uint8 images */
     dlt_status (*data_gather)(dlt_ctx *ctx, const dlt_data_launch *L);
@@ -359,6 +452,21 @@ struct dlt_backend {
     /* count of argmax(logits[i]) == target[i] added to *correct (device/host int64) */
     dlt_status (*count_correct)(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
                                 const dlt_tensor *targets);
+
+    /* ---- extensions: each area appends its entries in its own block ---- */
+    /* optim (lib/optim, lib/cpu/sgd.c, cuda/sgd.cu) */
+    /* Applies op to an optimizer's dlt_optim_dev (one tiny kernel on CUDA). */
+    dlt_status (*sgd_state)(dlt_ctx *ctx, void *state, const dlt_optim_state_op *op);
+    /* data (lib/data, lib/cpu/data.c, cuda/data.cu) */
+    /* perm (int32 [count]) = 0..count-1 sorted by the 64-bit Philox key of each index for
+     * (seed, epoch), ties by index (dlt__data_shuffle_key). Same order on every backend. */
+    dlt_status (*data_order)(dlt_ctx *ctx, int32_t *perm, int64_t count, uint64_t seed,
+                             int64_t epoch);
+    /* *cursor = {batch, epoch} (a kernel on CUDA: capturable) */
+    dlt_status (*data_cursor_set)(dlt_ctx *ctx, dlt_data_cursor *cursor, int64_t batch,
+                                  int64_t epoch);
+    /* cursor->batch += 1 */
+    dlt_status (*data_cursor_advance)(dlt_ctx *ctx, dlt_data_cursor *cursor);
 };
 
 const dlt_backend *dlt__cpu_backend(void);

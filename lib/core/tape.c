@@ -56,7 +56,7 @@ static dlt_status tape_append(dlt_ctx *ctx, dlt_node *node) {
             }
         }
         tp->n = k;
-        if (tp->n > tp->cap - tp->cap / 4) {
+        if (tp->cap == 0 || tp->n > tp->cap - tp->cap / 4) {
             int64_t cap = tp->cap ? tp->cap * 2 : 256;
             dlt_node **s = dlt__host_realloc(ctx, tp->slots, (size_t)cap * sizeof *s);
             if (!s) return dlt__err(DLT_ERR_OUT_OF_MEMORY, "dlt_backward", "cannot grow the tape");
@@ -269,6 +269,11 @@ static dlt_status run_node(dlt_ctx *ctx, dlt_node *nd) {
         dlt_edge *e = &nd->next[i];
         if (e->leaf) {
             slots[i].needed = 1;
+            /* a leaf used twice by one op (x + x): only its first slot is written directly;
+             * the others are delivered afterwards, in order, so they accumulate */
+            int dup = 0;
+            for (int32_t k = 0; k < i; k++) dup |= nd->next[k].leaf == e->leaf;
+            if (dup) continue;
             dlt_tensor *buf;
             DLT_CHECK(leaf_grad_buffer(e->leaf, &buf));
             slots[i].dst = buf;

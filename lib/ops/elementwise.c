@@ -1,0 +1,305 @@
+/*
+ * elementwise.c - front doors of the elementwise and reduction ops: relu, add, mul_scalar,
+ * sum, mean, cast, plus the differentiable helpers that autocast and layout changes use.
+ *
+ * Gradients: relu dx = dy * (y > 0) (saved: an alias of y); add passes dy to both inputs;
+ * mul_scalar dx = dy * s * alpha (s is not differentiated); sum/mean broadcast dy (* 1/n);
+ * cast converts dy back to the input dtype; to_format converts dy back to the input format.
+ */
+#include <string.h>
+
+#include <math.h>
+
+#include "ops_internal.h"
+
+dlt_status dlt__alias(dlt_tensor *t, const char *func, dlt_tensor **out) {
+    return dlt__tensor_view(t, t->shape, t->ndim, t->format, func, out);
+}
+
+static dlt_status new_like(const dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out) {
+    return dlt__tensor_new_like(x, dtype, func, out);
+}
+
+/* ---- relu ---- */
+
+static dlt_status relu_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    dlt_ctx *ctx = n->ctx;
+    dlt_tensor *y = n->saved[0], *dx = NULL;
+    DLT_CHECK(new_like(y, y->dtype, "dlt_backward(relu)", &dx));
+    dlt_status st = ctx->be->relu_bwd(ctx, dx, gout[0], y);
+    if (st != DLT_OK) {
+        dlt_tensor_release(dx);
+        return st;
+    }
+    return dlt__give_grad(ctx, &gin[0], dx);
+}
+
+dlt_status dlt_relu(dlt_tensor *x, dlt_tensor **out) {
+    static const char *F = "dlt_relu";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_float(x, F, "x"));
+    dlt_ctx *ctx = x->ctx;
+    DLT_NEED_KERNEL(ctx, relu_fwd, F);
+    dlt_tensor *y = NULL, *alias = NULL;
+    dlt_node *node = NULL;
+    DLT_CHECK(new_like(x, x->dtype, F, &y));
+    dlt_status st = x->numel ? ctx->be->relu_fwd(ctx, y, x) : DLT_OK;
+    if (st == DLT_OK && dlt__needs_grad(ctx, &x, 1)) {
+        st = dlt__alias(y, F, &alias);
+        if (st == DLT_OK) st = dlt__record(ctx, "relu", relu_backward, &x, 1, &y, 1, &node);
+        if (st == DLT_OK) dlt__save(node, alias);
+    }
+    dlt_tensor_release(alias);
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}
+
+/* ---- add ---- */
+
+static dlt_status add_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    dlt_ctx *ctx = n->ctx;
+    DLT_CHECK(dlt__give_grad(ctx, &gin[0], dlt_tensor_retain(gout[0])));
+    return dlt__give_grad(ctx, &gin[1], dlt_tensor_retain(gout[0]));
+}
+
+dlt_status dlt_add(dlt_tensor *a, dlt_tensor *b, dlt_tensor **out) {
+    static const char *F = "dlt_add";
+    DLT_CHECK(dlt__check_tensor(a, F, "a"));
+    DLT_CHECK(dlt__check_tensor(b, F, "b"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_same_ctx(a, b, F, "a", "b"));
+    DLT_CHECK(dlt__check_float(a, F, "a"));
+    if (!dlt__same_shape(a, b)) {
+        char sa[96], sb[96];
+        return dlt__err(DLT_ERR_SHAPE, F, "a has shape %s but b has %s (no broadcasting)",
+                        dlt__shape_str(a, sa, sizeof sa), dlt__shape_str(b, sb, sizeof sb));
+    }
+    if (a->dtype != b->dtype)
+        return dlt__err(DLT_ERR_DTYPE, F, "a is %s but b is %s", dlt_dtype_name(a->dtype),
+                        dlt_dtype_name(b->dtype));
+    if (a->format != b->format)
+        return dlt__err(DLT_ERR_NOT_SUPPORTED, F,
+                        "a and b have different memory formats; convert one with "
+                        "dlt_tensor_to_format");
+    dlt_ctx *ctx = a->ctx;
+    dlt_tensor *y = NULL;
+    dlt_node *node = NULL;
+    DLT_CHECK(new_like(a, a->dtype, F, &y));
+    dlt_tensor *in[2] = {a, b};
+    dlt_status st = a->numel ? ctx->be->add(ctx, y, a, b) : DLT_OK;
+    if (st == DLT_OK) st = dlt__record(ctx, "add", add_backward, in, 2, &y, 1, &node);
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}
+
+/* ---- mul_scalar ---- */
+
+static dlt_status mul_scalar_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    dlt_ctx *ctx = n->ctx;
+    dlt_tensor *dx = NULL;
+    const dlt_tensor *s = n->n_saved > 0 ? n->saved[0] : NULL;
+    DLT_CHECK(new_like(gout[0], gout[0]->dtype, "dlt_backward(mul_scalar)", &dx));
+    dlt_status st = ctx->be->scale(ctx, dx, gout[0], s, n->fp[0]);
+    if (st != DLT_OK) {
+        dlt_tensor_release(dx);
+        return st;
+    }
+    return dlt__give_grad(ctx, &gin[0], dx);
+}
+
+dlt_status dlt_mul_scalar(dlt_tensor *x, dlt_tensor *s, double alpha, dlt_tensor **out) {
+    static const char *F = "dlt_mul_scalar";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_float(x, F, "x"));
+    if (s) {
+        DLT_CHECK(dlt__check_tensor(s, F, "s"));
+        DLT_CHECK(dlt__check_same_ctx(x, s, F, "x", "s"));
+        if (s->dtype != DLT_F32 || s->numel != 1)
+            return dlt__err(DLT_ERR_SHAPE, F, "s must be a one-element f32 tensor, got %s with %lld elements",
+                            dlt_dtype_name(s->dtype), (long long)s->numel);
+    }
+    dlt_ctx *ctx = x->ctx;
+    dlt_tensor *y = NULL;
+    dlt_node *node = NULL;
+    DLT_CHECK(new_like(x, x->dtype, F, &y));
+    dlt_status st = x->numel ? ctx->be->scale(ctx, y, x, s, alpha) : DLT_OK;
+    if (st == DLT_OK) st = dlt__record(ctx, "mul_scalar", mul_scalar_backward, &x, 1, &y, 1, &node);
+    if (st == DLT_OK && node) {
+        if (s) dlt__save(node, s);
+        node->fp[0] = alpha;
+    }
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}
+
+/* ---- sum / mean ---- */
+
+static dlt_status reduce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    dlt_ctx *ctx = n->ctx;
+    dlt_tensor *dx = NULL;
+    int64_t shape[DLT_MAX_DIMS];
+    for (int32_t i = 0; i < (int32_t)n->ip[0]; i++) shape[i] = n->ip[2 + i];
+    DLT_CHECK(dlt__tensor_new(ctx, (int32_t)n->ip[1], shape, (int32_t)n->ip[0], (int32_t)n->ip[10],
+                              "dlt_backward(sum)", &dx));
+    dlt_status st = dx->numel ? ctx->be->broadcast_scalar(ctx, dx, gout[0], n->fp[0]) : DLT_OK;
+    if (st != DLT_OK) {
+        dlt_tensor_release(dx);
+        return st;
+    }
+    return dlt__give_grad(ctx, &gin[0], dx);
+}
+
+static dlt_status reduce(dlt_tensor *x, int mean, dlt_tensor **out, const char *F) {
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_float(x, F, "x"));
+    dlt_ctx *ctx = x->ctx;
+    dlt_tensor *y = NULL;
+    dlt_node *node = NULL;
+    double alpha = mean ? (x->numel ? 1.0 / (double)x->numel : 0.0) : 1.0;
+    DLT_CHECK(dlt__tensor_new(ctx, x->dtype, NULL, 0, DLT_FORMAT_CONTIGUOUS, F, &y));
+    dlt_status st;
+    if (x->numel) {
+        st = ctx->be->sum(ctx, y, x, alpha);
+    } else { /* PyTorch: sum of nothing is 0, mean of nothing is NaN */
+        st = ctx->be->fill(ctx, y, mean ? (double)NAN : 0.0);
+    }
+    if (st == DLT_OK) st = dlt__record(ctx, mean ? "mean" : "sum", reduce_backward, &x, 1, &y, 1, &node);
+    if (st == DLT_OK && node) {
+        node->ip[0] = x->ndim;
+        node->ip[1] = x->dtype;
+        for (int32_t i = 0; i < x->ndim && i < 8; i++) node->ip[2 + i] = x->shape[i];
+        node->ip[10] = x->format;
+        node->fp[0] = alpha;
+    }
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}
+
+dlt_status dlt_sum(dlt_tensor *x, dlt_tensor **out) { return reduce(x, 0, out, "dlt_sum"); }
+dlt_status dlt_mean(dlt_tensor *x, dlt_tensor **out) { return reduce(x, 1, out, "dlt_mean"); }
+
+/* ---- cast and format change (differentiable) ---- */
+
+static dlt_status convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    dlt_ctx *ctx = n->ctx;
+    int32_t dtype = (int32_t)n->ip[0], format = (int32_t)n->ip[1];
+    dlt_tensor *g = gout[0];
+    if (g->dtype == dtype && g->format == format) return dlt__give_grad(ctx, &gin[0], dlt_tensor_retain(g));
+    /* A leaf destination converts while accumulating: no intermediate tensor. */
+    if (gin[0].dst && gin[0].dst->format == g->format) return dlt__give_grad(ctx, &gin[0], dlt_tensor_retain(g));
+    dlt_tensor *dx = NULL;
+    DLT_CHECK(dlt__tensor_new(ctx, dtype, g->shape, g->ndim, format, "dlt_backward(cast)", &dx));
+    dlt_status st = ctx->be->convert(ctx, dx, g);
+    if (st != DLT_OK) {
+        dlt_tensor_release(dx);
+        return st;
+    }
+    return dlt__give_grad(ctx, &gin[0], dx);
+}
+
+static dlt_status convert_op(dlt_tensor *x, int32_t dtype, int32_t format, const char *name,
+                             const char *func, dlt_tensor **out) {
+    dlt_ctx *ctx = x->ctx;
+    if (x->dtype == dtype && x->format == format) {
+        *out = dlt_tensor_retain(x);
+        return DLT_OK;
+    }
+    dlt_tensor *y = NULL;
+    dlt_node *node = NULL;
+    DLT_CHECK(dlt__tensor_new(ctx, dtype, x->shape, x->ndim, format, func, &y));
+    dlt_status st = x->numel ? ctx->be->convert(ctx, y, x) : DLT_OK;
+    if (st == DLT_OK && dlt__is_float(x->dtype) && dlt__is_float(dtype))
+        st = dlt__record(ctx, name, convert_backward, &x, 1, &y, 1, &node);
+    if (st == DLT_OK && node) {
+        node->ip[0] = x->dtype;
+        node->ip[1] = x->format;
+    }
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, func);
+    }
+    *out = y;
+    return DLT_OK;
+}
+
+dlt_status dlt__op_cast(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out) {
+    return convert_op(x, dtype, x->format, "cast", func, out);
+}
+
+dlt_status dlt__op_to_format(dlt_tensor *x, int32_t format, const char *func, dlt_tensor **out) {
+    return convert_op(x, x->dtype, format, "to_format", func, out);
+}
+
+dlt_status dlt_cast(dlt_tensor *x, int32_t dtype, dlt_tensor **out) {
+    static const char *F = "dlt_cast";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_NULL_CHECK(out, F);
+    if (dtype < 0 || dtype > DLT_U8) return dlt__err(DLT_ERR_DTYPE, F, "unknown dtype %d", dtype);
+    return dlt__op_cast(x, dtype, F, out);
+}
+
+/* ---- autocast operands ---- */
+
+/* The cached low-precision copy is shared by every forward until the parameter changes; each
+ * use gets a fresh alias that carries this forward's tape node, so the cache itself never
+ * points into a graph (no reference cycle through the parameter). */
+dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out) {
+    if (dtype < 0 || x->dtype == dtype || !dlt__is_float(x->dtype)) {
+        *out = dlt_tensor_retain(x);
+        return DLT_OK;
+    }
+    /* PyTorch caches casts of fp32 leaves that require grad (parameters) only: other tensors
+     * (activations, loader buffers rewritten in place) are cast at every use. */
+    if (!x->requires_grad || x->dtype != DLT_F32 || (dtype != DLT_F16 && dtype != DLT_BF16))
+        return dlt__op_cast(x, dtype, func, out);
+    int k = dtype == DLT_F16 ? 0 : 1;
+    dlt_ctx *ctx = x->ctx;
+    dlt_tensor *lp = x->lp_copy[k];
+    if (lp && (lp->format != x->format || !dlt__same_shape(lp, x))) {
+        dlt_tensor_release(lp);
+        lp = x->lp_copy[k] = NULL;
+    }
+    if (!lp) {
+        DLT_CHECK(dlt__tensor_new_like(x, dtype, func, &lp));
+        x->lp_copy[k] = lp;
+        x->lp_version[k] = x->version + 1; /* force the copy below */
+    }
+    if (x->lp_version[k] != x->version) {
+        dlt_status st = x->numel ? ctx->be->convert(ctx, lp, x) : DLT_OK;
+        if (st != DLT_OK) return dlt__err_wrap(st, func);
+        x->lp_version[k] = x->version;
+    }
+    dlt_tensor *alias = NULL;
+    dlt_node *node = NULL;
+    DLT_CHECK(dlt__alias(lp, func, &alias));
+    dlt_status st = dlt__record(ctx, "autocast", convert_backward, &x, 1, &alias, 1, &node);
+    if (st == DLT_OK && node) {
+        node->ip[0] = x->dtype;
+        node->ip[1] = x->format;
+    }
+    if (st != DLT_OK) {
+        dlt_tensor_release(alias);
+        return dlt__err_wrap(st, func);
+    }
+    *out = alias;
+    return DLT_OK;
+}

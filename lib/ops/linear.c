@@ -1,0 +1,130 @@
+/*
+ * linear.c - front door of y = x w^T + b (PyTorch's F.linear).
+ * x [M,K], w [N,K], bias [N]; y [M,N]. Autocast casts x, w, bias to the region's dtype
+ * (the weight through its cached copy). Backward (saved x, w): dx = dy w, dw = dy^T x,
+ * db = column sums of dy; dw/db go straight into the leaves when the dtypes allow.
+ */
+#include "ops_internal.h"
+
+static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    static const char *F = "dlt_backward(linear)";
+    dlt_ctx *ctx = n->ctx;
+    dlt_tensor *x = n->saved[0], *w = n->saved[1], *dy = gout[0];
+    dlt_status st = DLT_OK;
+    if (gin[0].needed) {
+        dlt_tensor *dx = NULL;
+        DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
+        st = ctx->be->linear_bwd_data(ctx, dx, dy, w);
+        if (st != DLT_OK) {
+            dlt_tensor_release(dx);
+            return st;
+        }
+        DLT_CHECK(dlt__give_grad(ctx, &gin[0], dx));
+    }
+    const int has_b = n->n_in > 2;
+    const int need_w = gin[1].needed, need_b = has_b && gin[2].needed;
+    if (!need_w && !need_b) return DLT_OK;
+    const int64_t nb = w->shape[0];
+    /* one GEMM call produces dw and db with one beta: write the leaves directly only when
+     * both (or the one needed) accept the same beta */
+    int direct = need_w && dlt__slot_direct(&gin[1], w) &&
+                 (!need_b || (gin[2].dst && gin[2].dst->dtype == w->dtype && gin[2].beta == gin[1].beta));
+    if (direct) {
+        st = ctx->be->linear_bwd_weight(ctx, gin[1].dst, need_b ? gin[2].dst : NULL, x, dy, gin[1].beta);
+        if (st != DLT_OK) return st;
+        gin[1].written = 1;
+        if (need_b) gin[2].written = 1;
+        return DLT_OK;
+    }
+    dlt_tensor *dw = NULL, *db = NULL;
+    DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
+    if (need_b) {
+        st = dlt__tensor_new(ctx, dy->dtype, &nb, 1, DLT_FORMAT_CONTIGUOUS, F, &db);
+        if (st != DLT_OK) {
+            dlt_tensor_release(dw);
+            return st;
+        }
+    }
+    st = ctx->be->linear_bwd_weight(ctx, dw, db, x, dy, 0);
+    if (st != DLT_OK) {
+        dlt_tensor_release(dw);
+        dlt_tensor_release(db);
+        return st;
+    }
+    if (need_w) {
+        st = dlt__give_grad(ctx, &gin[1], dw);
+    } else {
+        dlt_tensor_release(dw);
+    }
+    if (need_b) {
+        if (st == DLT_OK) st = dlt__give_grad(ctx, &gin[2], db);
+        else dlt_tensor_release(db);
+    }
+    return st;
+}
+
+dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out) {
+    static const char *F = "dlt_linear";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_CHECK(dlt__check_tensor(w, F, "w"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_same_ctx(x, w, F, "x", "w"));
+    DLT_CHECK(dlt__check_ndim(x, 2, F, "x"));
+    DLT_CHECK(dlt__check_ndim(w, 2, F, "w"));
+    DLT_CHECK(dlt__check_float(x, F, "x"));
+    DLT_CHECK(dlt__check_float(w, F, "w"));
+    char a[96], b[96];
+    if (x->shape[1] != w->shape[1])
+        return dlt__err(DLT_ERR_SHAPE, F, "x %s and w %s: x.shape[1] must equal w.shape[1]",
+                        dlt__shape_str(x, a, sizeof a), dlt__shape_str(w, b, sizeof b));
+    if (bias) {
+        DLT_CHECK(dlt__check_tensor(bias, F, "bias"));
+        DLT_CHECK(dlt__check_same_ctx(x, bias, F, "x", "bias"));
+        DLT_CHECK(dlt__check_float(bias, F, "bias"));
+        if (bias->ndim != 1 || bias->shape[0] != w->shape[0])
+            return dlt__err(DLT_ERR_SHAPE, F, "bias must be [%lld], got %s", (long long)w->shape[0],
+                            dlt__shape_str(bias, a, sizeof a));
+    }
+    dlt_ctx *ctx = x->ctx;
+    DLT_NEED_KERNEL(ctx, linear_fwd, F);
+    const int32_t ac = dlt__autocast_dtype(ctx);
+    const int32_t dtype = ac >= 0 ? ac : x->dtype;
+    if (ac < 0 && (w->dtype != x->dtype || (bias && bias->dtype != x->dtype)))
+        return dlt__err(DLT_ERR_DTYPE, F, "x is %s but w is %s%s%s: use one dtype, or an autocast region",
+                        dlt_dtype_name(x->dtype), dlt_dtype_name(w->dtype), bias ? " and bias " : "",
+                        bias ? dlt_dtype_name(bias->dtype) : "");
+    dlt_tensor *xc = NULL, *wc = NULL, *bc = NULL, *y = NULL;
+    dlt_node *node = NULL;
+    dlt_status st;
+    DLT_CHECK_GOTO(st, dlt__autocast_operand(x, dtype, F, &xc), done);
+    DLT_CHECK_GOTO(st, dlt__autocast_operand(w, dtype, F, &wc), done);
+    if (bias) DLT_CHECK_GOTO(st, dlt__autocast_operand(bias, dtype, F, &bc), done);
+    const int64_t ys[2] = {x->shape[0], w->shape[0]};
+    DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, dtype, ys, 2, DLT_FORMAT_CONTIGUOUS, F, &y), done);
+    if (y->numel) {
+        if (x->shape[1] == 0) {
+            /* an empty inner dimension: y = bias (or 0) */
+            DLT_CHECK_GOTO(st, ctx->be->fill(ctx, y, 0.0), done);
+        } else {
+            DLT_CHECK_GOTO(st, ctx->be->linear_fwd(ctx, y, xc, wc, bc), done);
+        }
+    }
+    {
+        dlt_tensor *in[3] = {xc, wc, bc};
+        DLT_CHECK_GOTO(st, dlt__record(ctx, "linear", linear_backward, in, bias ? 3 : 2, &y, 1, &node), done);
+    }
+    if (node) {
+        dlt__save(node, xc);
+        dlt__save(node, wc);
+    }
+done:
+    dlt_tensor_release(xc);
+    dlt_tensor_release(wc);
+    dlt_tensor_release(bc);
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}

@@ -1,0 +1,42 @@
+/*
+ * ops_internal.h - helpers shared by the op front doors (lib/ops/ files).
+ *
+ * A front door: validates its arguments (naming the public function), applies the autocast
+ * policy, allocates outputs, calls the backend kernel, and records a tape node when an
+ * input needs a gradient. Differentiable helpers below (cast, format change, autocast
+ * operand) record their own nodes, so gradients flow back to fp32 parameters.
+ */
+#ifndef DLT_OPS_INTERNAL_H
+#define DLT_OPS_INTERNAL_H
+
+#include "../core/internal.h"
+
+/* Reports a backend entry that this device lacks. */
+#define DLT_NEED_KERNEL(ctx, entry, func)                                                     \
+    do {                                                                                      \
+        if (!(ctx)->be->entry) return dlt__be_missing((ctx), (func), #entry);                 \
+    } while (0)
+
+/* Differentiable dtype conversion: a new reference (x itself, retained, if already dtype). */
+dlt_status dlt__op_cast(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out);
+/* Differentiable memory-format conversion (x retained if already in that format). */
+dlt_status dlt__op_to_format(dlt_tensor *x, int32_t format, const char *func, dlt_tensor **out);
+/* The operand an autocast-eligible op (conv2d, linear) uses: x itself when autocast is off
+ * or x already has the dtype; for an fp32 parameter the cached low-precision copy (made once,
+ * refreshed by the optimizer; see dlt_tensor.lp_copy); otherwise a differentiable cast. */
+dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out);
+/* A detached alias of a node's own output, safe to save on that node (no cycle). */
+dlt_status dlt__alias(dlt_tensor *t, const char *func, dlt_tensor **out);
+
+/* Writes g (a new reference) into a gradient slot: into slot->dst when it matches and can
+ * be written directly, else hands it to the tape. Convenience over dlt__grad_slot_store. */
+static inline dlt_status dlt__give_grad(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g) {
+    return dlt__grad_slot_store(ctx, slot, g);
+}
+/* Whether a kernel may write slot->dst directly for a gradient shaped like `like`. */
+static inline int dlt__slot_direct(const dlt_grad_slot *slot, const dlt_tensor *like) {
+    return slot->needed && slot->dst && slot->dst->dtype == like->dtype &&
+           slot->dst->format == like->format && slot->dst->numel == like->numel;
+}
+
+#endif

@@ -1,0 +1,121 @@
+/*
+ * pool.c - front doors of max_pool2d and the global (1x1 adaptive) average pool.
+ *
+ * max_pool2d: floor mode, no dilation, padding <= kernel/2 (PyTorch's rule), padding acts as
+ * -inf; the first maximum in window scan order wins and NaN propagates. The forward keeps
+ * the argmax of every output (i32, h*W+w) for the backward, which routes dy there.
+ * global_avg_pool2d: y[n,c] = mean over (H,W), accumulated in fp32; dx = dy / (H*W).
+ */
+#include "ops_internal.h"
+
+static dlt_status maxpool_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    dlt_ctx *ctx = n->ctx;
+    dlt_tensor *idx = n->saved[0], *dx = NULL;
+    int64_t shape[4] = {n->ip[6], n->ip[7], n->ip[8], n->ip[9]};
+    dlt_pool_params p = {{n->ip[0], n->ip[1]}, {n->ip[2], n->ip[3]}, {n->ip[4], n->ip[5]}};
+    DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, shape, 4, gout[0]->format,
+                              "dlt_backward(max_pool2d)", &dx));
+    dlt_status st = ctx->be->maxpool_bwd(ctx, dx, gout[0], idx, &p);
+    if (st != DLT_OK) {
+        dlt_tensor_release(dx);
+        return st;
+    }
+    return dlt__give_grad(ctx, &gin[0], dx);
+}
+
+dlt_status dlt_max_pool2d(dlt_tensor *x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
+                          int64_t stride_w, int64_t pad_h, int64_t pad_w, dlt_tensor **out) {
+    static const char *F = "dlt_max_pool2d";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_ndim(x, 4, F, "x"));
+    DLT_CHECK(dlt__check_float(x, F, "x"));
+    if (kernel_h < 1 || kernel_w < 1 || stride_h < 1 || stride_w < 1 || pad_h < 0 || pad_w < 0 ||
+        pad_h > kernel_h / 2 || pad_w > kernel_w / 2)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "kernel (%lld,%lld) and stride (%lld,%lld) must be >= 1 and padding "
+                        "(%lld,%lld) between 0 and half the kernel",
+                        (long long)kernel_h, (long long)kernel_w, (long long)stride_h,
+                        (long long)stride_w, (long long)pad_h, (long long)pad_w);
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    if (H + 2 * pad_h < kernel_h || W + 2 * pad_w < kernel_w) {
+        char b[96];
+        return dlt__err(DLT_ERR_SHAPE, F, "the %lldx%lld window does not fit the padded input %s",
+                        (long long)kernel_h, (long long)kernel_w, dlt__shape_str(x, b, sizeof b));
+    }
+    const int64_t P = (H + 2 * pad_h - kernel_h) / stride_h + 1;
+    const int64_t Q = (W + 2 * pad_w - kernel_w) / stride_w + 1;
+    dlt_ctx *ctx = x->ctx;
+    DLT_NEED_KERNEL(ctx, maxpool_fwd, F);
+    const int64_t ys[4] = {N, C, P, Q};
+    dlt_tensor *y = NULL, *idx = NULL;
+    dlt_node *node = NULL;
+    dlt_pool_params p = {{kernel_h, kernel_w}, {stride_h, stride_w}, {pad_h, pad_w}};
+    dlt_status st = DLT_OK;
+    DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, x->dtype, ys, 4, x->format, F, &y), done);
+    DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_I32, ys, 4, x->format, F, &idx), done);
+    if (y->numel) DLT_CHECK_GOTO(st, ctx->be->maxpool_fwd(ctx, y, idx, x, &p), done);
+    DLT_CHECK_GOTO(st, dlt__record(ctx, "max_pool2d", maxpool_backward, &x, 1, &y, 1, &node), done);
+    if (node) {
+        dlt__save(node, idx);
+        node->ip[0] = kernel_h;
+        node->ip[1] = kernel_w;
+        node->ip[2] = stride_h;
+        node->ip[3] = stride_w;
+        node->ip[4] = pad_h;
+        node->ip[5] = pad_w;
+        for (int i = 0; i < 4; i++) node->ip[6 + i] = x->shape[i];
+    }
+done:
+    dlt_tensor_release(idx);
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}
+
+static dlt_status gavg_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    dlt_ctx *ctx = n->ctx;
+    dlt_tensor *dx = NULL;
+    int64_t shape[4] = {n->ip[0], n->ip[1], n->ip[2], n->ip[3]};
+    DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, shape, 4, (int32_t)n->ip[4],
+                              "dlt_backward(global_avg_pool2d)", &dx));
+    dlt_status st = ctx->be->gavgpool_bwd(ctx, dx, gout[0]);
+    if (st != DLT_OK) {
+        dlt_tensor_release(dx);
+        return st;
+    }
+    return dlt__give_grad(ctx, &gin[0], dx);
+}
+
+dlt_status dlt_global_avg_pool2d(dlt_tensor *x, dlt_tensor **out) {
+    static const char *F = "dlt_global_avg_pool2d";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_ndim(x, 4, F, "x"));
+    DLT_CHECK(dlt__check_float(x, F, "x"));
+    if (x->shape[2] * x->shape[3] == 0) {
+        char b[96];
+        return dlt__err(DLT_ERR_SHAPE, F, "x %s has an empty spatial map", dlt__shape_str(x, b, sizeof b));
+    }
+    dlt_ctx *ctx = x->ctx;
+    DLT_NEED_KERNEL(ctx, gavgpool_fwd, F);
+    const int64_t ys[4] = {x->shape[0], x->shape[1], 1, 1};
+    dlt_tensor *y = NULL;
+    dlt_node *node = NULL;
+    dlt_status st = dlt__tensor_new(ctx, x->dtype, ys, 4, x->format, F, &y);
+    if (st == DLT_OK && y->numel) st = ctx->be->gavgpool_fwd(ctx, y, x);
+    if (st == DLT_OK) st = dlt__record(ctx, "global_avg_pool2d", gavg_backward, &x, 1, &y, 1, &node);
+    if (st == DLT_OK && node) {
+        for (int i = 0; i < 4; i++) node->ip[i] = x->shape[i];
+        node->ip[4] = x->format;
+    }
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}
