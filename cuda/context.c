@@ -87,6 +87,7 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
     if (s->stream) cudaStreamSynchronize(s->stream);
     if (s->cudnn) cudnnDestroy(s->cudnn);
+    if (s->gemm && s->gemm_free) s->gemm_free(s->gemm);
     if (s->cublaslt) cublasLtDestroy(s->cublaslt);
     if (s->cublas) cublasDestroy(s->cublas);
     if (s->pool) cudaMemPoolDestroy(s->pool);
@@ -242,22 +243,30 @@ static dlt_status cuda_synchronize(dlt_ctx *ctx) {
     return DLT_OK;
 }
 
+/* Memory a captured graph allocates lives in the device's graph pool, not ours: both are
+ * counted, so a graphed step reports what it really uses. */
 static dlt_status cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out) {
     dlt_cuda_state *s = dlt__cu(ctx);
     enum cudaMemPoolAttr attr;
+    enum cudaGraphMemAttributeType gattr;
     switch (which) {
-    case DLT_MEM_ALLOCATED: attr = cudaMemPoolAttrUsedMemCurrent; break;
-    case DLT_MEM_PEAK_ALLOCATED: attr = cudaMemPoolAttrUsedMemHigh; break;
-    case DLT_MEM_RESERVED: attr = cudaMemPoolAttrReservedMemCurrent; break;
+    case DLT_MEM_ALLOCATED: attr = cudaMemPoolAttrUsedMemCurrent; gattr = cudaGraphMemAttrUsedMemCurrent; break;
+    case DLT_MEM_PEAK_ALLOCATED: attr = cudaMemPoolAttrUsedMemHigh; gattr = cudaGraphMemAttrUsedMemHigh; break;
+    case DLT_MEM_RESERVED: attr = cudaMemPoolAttrReservedMemCurrent; gattr = cudaGraphMemAttrReservedMemCurrent; break;
     default: *out = s->live_allocs; return DLT_OK;
     }
-    DLT_CU(ctx, cudaMemPoolGetAttribute(s->pool, attr, out), "dlt_memory_stat");
+    uint64_t pool = 0, graph = 0;
+    DLT_CU(ctx, cudaMemPoolGetAttribute(s->pool, attr, &pool), "dlt_memory_stat");
+    DLT_CU(ctx, cudaDeviceGetGraphMemAttribute(s->device, gattr, &graph), "dlt_memory_stat");
+    *out = pool + graph;
     return DLT_OK;
 }
 
 static dlt_status cuda_mem_reset_peak(dlt_ctx *ctx) {
     uint64_t zero = 0; /* the only value the runtime accepts; it restarts from current use */
     DLT_CU(ctx, cudaMemPoolSetAttribute(dlt__cu(ctx)->pool, cudaMemPoolAttrUsedMemHigh, &zero),
+           "dlt_memory_reset_peak");
+    DLT_CU(ctx, cudaDeviceSetGraphMemAttribute(dlt__cu(ctx)->device, cudaGraphMemAttrUsedMemHigh, &zero),
            "dlt_memory_reset_peak");
     return DLT_OK;
 }
@@ -313,6 +322,31 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
     return DLT_OK;
 }
 
+static dlt_status cuda_event_create(dlt_ctx *ctx, void **ev) {
+    cudaEvent_t e = NULL;
+    DLT_CU(ctx, cudaEventCreate(&e), "dlt_event_create");
+    *ev = e;
+    return DLT_OK;
+}
+
+static dlt_status cuda_event_record(dlt_ctx *ctx, void *ev) {
+    DLT_CU(ctx, cudaEventRecord((cudaEvent_t)ev, dlt__stream(ctx)), "dlt_event_record");
+    return DLT_OK;
+}
+
+static dlt_status cuda_event_elapsed(dlt_ctx *ctx, void *start, void *end, double *ms) {
+    float f = 0;
+    DLT_CU(ctx, cudaEventSynchronize((cudaEvent_t)end), "dlt_event_elapsed_ms");
+    DLT_CU(ctx, cudaEventElapsedTime(&f, (cudaEvent_t)start, (cudaEvent_t)end), "dlt_event_elapsed_ms");
+    *ms = f;
+    return DLT_OK;
+}
+
+static void cuda_event_destroy(dlt_ctx *ctx, void *ev) {
+    (void)ctx;
+    if (cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess) (void)cudaGetLastError();
+}
+
 static const dlt_backend CUDA_BACKEND = {
     .name = "cuda",
     .ctx_init = cuda_ctx_init,
@@ -338,6 +372,14 @@ static const dlt_backend CUDA_BACKEND = {
     .broadcast_scalar = dlt__cuda_broadcast_scalar,
     .relu_fwd = dlt__cuda_relu_fwd,
     .relu_bwd = dlt__cuda_relu_bwd,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_elapsed = cuda_event_elapsed,
+    .event_destroy = cuda_event_destroy,
+    .capture_begin = dlt__cuda_capture_begin,
+    .capture_end = dlt__cuda_capture_end,
+    .graph_launch = dlt__cuda_graph_launch,
+    .graph_free = dlt__cuda_graph_free,
     DLT_CUDA_OPS_ENTRIES
 };
 

@@ -22,6 +22,7 @@ extern "C" {
 #endif
 
 typedef struct dlt_cuda_plan_cache dlt_cuda_plan_cache;
+typedef struct dlt_cuda_gemm_cache dlt_cuda_gemm_cache;
 
 typedef struct dlt_cuda_state {
     int device;
@@ -41,6 +42,10 @@ typedef struct dlt_cuda_state {
     char name[256];
     dlt_cuda_plan_cache *plans; /* cuDNN execution plans per op and shape (conv2d.cu, batchnorm.cu) */
     void (*plans_free)(dlt_cuda_plan_cache *);
+    /* cuBLASLt matmul plans per shape (linear.cu), created on first use; gemm_free releases
+     * them when the context is destroyed */
+    dlt_cuda_gemm_cache *gemm;
+    void (*gemm_free)(dlt_cuda_gemm_cache *);
 } dlt_cuda_state;
 
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }
@@ -72,6 +77,12 @@ dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, cons
  * graph capture (the pointer must stay fixed): callers size it in warm-up. */
 dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
 dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
+
+/* graph.c */
+dlt_status dlt__cuda_capture_begin(dlt_ctx *ctx);
+dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes);
+dlt_status dlt__cuda_graph_launch(dlt_ctx *ctx, void *exec);
+void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec);
 
 /* Kernel launchers implemented in .cu files (extern "C"). */
 dlt_status dlt__cuda_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src);

@@ -13,29 +13,96 @@
 extern "C" {
 #endif
 
-/* ---- conv2d.cu (cuDNN graph API) ---- */
-#define DLT_CUDA_CONV2D_ENTRIES
+/* ---- conv2d.cu (cuDNN graph API; plan cache in cudnn_graph.c) ---- */
+dlt_status dlt__cuda_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *w,
+                                const dlt_tensor *b, const dlt_conv_params *p);
+dlt_status dlt__cuda_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
+                                     const dlt_tensor *w, const dlt_conv_params *p);
+dlt_status dlt__cuda_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor *x,
+                                       const dlt_tensor *dy, const dlt_conv_params *p, int32_t beta);
+dlt_status dlt__cuda_conv2d_bwd_bias(dlt_ctx *ctx, dlt_tensor *db, const dlt_tensor *dy, int32_t beta);
+#define DLT_CUDA_CONV2D_ENTRIES                                                               \
+    .conv2d_fwd = dlt__cuda_conv2d_fwd, .conv2d_bwd_data = dlt__cuda_conv2d_bwd_data,         \
+    .conv2d_bwd_filter = dlt__cuda_conv2d_bwd_filter, .conv2d_bwd_bias = dlt__cuda_conv2d_bwd_bias,
 
-/* ---- batchnorm.cu ---- */
-#define DLT_CUDA_BATCHNORM_ENTRIES
+/* ---- batchnorm.cu (cuDNN graph API, or our kernels) ---- */
+dlt_status dlt__cuda_bn_fwd_train(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x,
+                                  const dlt_tensor *residual, int32_t relu, const dlt_tensor *gamma,
+                                  const dlt_tensor *beta, dlt_tensor *running_mean,
+                                  dlt_tensor *running_var, dlt_tensor *save_mean,
+                                  dlt_tensor *save_invstd, double momentum, double eps);
+dlt_status dlt__cuda_bn_fwd_eval(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x,
+                                 const dlt_tensor *residual, int32_t relu, const dlt_tensor *gamma,
+                                 const dlt_tensor *beta, const dlt_tensor *running_mean,
+                                 const dlt_tensor *running_var, dlt_tensor *save_mean,
+                                 dlt_tensor *save_invstd, double eps);
+dlt_status dlt__cuda_bn_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dresidual, dlt_tensor *dgamma,
+                            dlt_tensor *dbeta, int32_t beta_acc, const dlt_tensor *dy,
+                            const dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *gamma,
+                            const dlt_tensor *save_mean, const dlt_tensor *save_invstd,
+                            int32_t batch_stats);
+#define DLT_CUDA_BATCHNORM_ENTRIES                                                            \
+    .bn_fwd_train = dlt__cuda_bn_fwd_train, .bn_fwd_eval = dlt__cuda_bn_fwd_eval,             \
+    .bn_bwd = dlt__cuda_bn_bwd,
 
 /* ---- pool.cu ---- */
-#define DLT_CUDA_POOL_ENTRIES
+dlt_status dlt__cuda_maxpool_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *indices,
+                                 const dlt_tensor *x, const dlt_pool_params *p);
+dlt_status dlt__cuda_maxpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
+                                 const dlt_tensor *indices, const dlt_pool_params *p);
+dlt_status dlt__cuda_gavgpool_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x);
+dlt_status dlt__cuda_gavgpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy);
+#define DLT_CUDA_POOL_ENTRIES                                                                 \
+    .maxpool_fwd = dlt__cuda_maxpool_fwd, .maxpool_bwd = dlt__cuda_maxpool_bwd,               \
+    .gavgpool_fwd = dlt__cuda_gavgpool_fwd, .gavgpool_bwd = dlt__cuda_gavgpool_bwd,
 
 /* ---- linear.cu (cuBLASLt) ---- */
-#define DLT_CUDA_LINEAR_ENTRIES
+dlt_status dlt__cuda_linear_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *w,
+                                const dlt_tensor *b);
+dlt_status dlt__cuda_linear_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
+                                     const dlt_tensor *w);
+dlt_status dlt__cuda_linear_bwd_weight(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor *db,
+                                       const dlt_tensor *x, const dlt_tensor *dy, int32_t beta);
+#define DLT_CUDA_LINEAR_ENTRIES                                                               \
+    .linear_fwd = dlt__cuda_linear_fwd, .linear_bwd_data = dlt__cuda_linear_bwd_data,         \
+    .linear_bwd_weight = dlt__cuda_linear_bwd_weight,
 
-/* ---- cross_entropy.cu ---- */
-#define DLT_CUDA_CROSS_ENTROPY_ENTRIES
+/* ---- cross_entropy.cu (and count_correct) ---- */
+dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
+                            const dlt_tensor *targets, int64_t ignore_index, int32_t reduction);
+dlt_status dlt__cuda_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
+                            const dlt_tensor *logits, const dlt_tensor *targets, const dlt_tensor *saved,
+                            int64_t ignore_index, int32_t reduction);
+dlt_status dlt__cuda_count_correct(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
+                                   const dlt_tensor *targets);
+#define DLT_CUDA_CROSS_ENTROPY_ENTRIES                                                        \
+    .ce_fwd = dlt__cuda_ce_fwd, .ce_bwd = dlt__cuda_ce_bwd,                                   \
+    .count_correct = dlt__cuda_count_correct,
 
-/* ---- sgd.cu ---- */
-#define DLT_CUDA_SGD_ENTRIES
+/* ---- sgd.cu (one multi-tensor launch per step; state writes) ---- */
+dlt_status dlt__cuda_sgd_step(dlt_ctx *ctx, const dlt_sgd_launch *L);
+dlt_status dlt__cuda_sgd_state(dlt_ctx *ctx, void *state, const dlt_optim_state_op *op);
+#define DLT_CUDA_SGD_ENTRIES .sgd_step = dlt__cuda_sgd_step, .sgd_state = dlt__cuda_sgd_state,
 
-/* ---- amp.cu ---- */
-#define DLT_CUDA_AMP_ENTRIES
+/* ---- amp.cu (GradScaler: multi-tensor unscale + inf check, scale update) ---- */
+dlt_status dlt__cuda_amp_unscale(dlt_ctx *ctx, dlt_tensor **grads, int32_t n, void *found_inf,
+                                 const void *scale);
+dlt_status dlt__cuda_amp_update(dlt_ctx *ctx, void *scale, void *growth_tracker,
+                                const void *found_inf, uint32_t mask, double growth_factor,
+                                double backoff_factor, int32_t growth_interval);
+#define DLT_CUDA_AMP_ENTRIES .amp_unscale = dlt__cuda_amp_unscale, .amp_update = dlt__cuda_amp_update,
 
-/* ---- data.cu ---- */
-#define DLT_CUDA_DATA_ENTRIES
+/* ---- data.cu (batch gather, epoch order, loader cursor) ---- */
+dlt_status dlt__cuda_data_gather(dlt_ctx *ctx, const dlt_data_launch *L);
+dlt_status dlt__cuda_data_order(dlt_ctx *ctx, int32_t *perm, int64_t count, uint64_t seed,
+                                int64_t epoch);
+dlt_status dlt__cuda_data_cursor_set(dlt_ctx *ctx, dlt_data_cursor *cursor, int64_t batch,
+                                     int64_t epoch);
+dlt_status dlt__cuda_data_cursor_advance(dlt_ctx *ctx, dlt_data_cursor *cursor);
+#define DLT_CUDA_DATA_ENTRIES                                                                 \
+    .data_gather = dlt__cuda_data_gather, .data_order = dlt__cuda_data_order,                 \
+    .data_cursor_set = dlt__cuda_data_cursor_set,                                             \
+    .data_cursor_advance = dlt__cuda_data_cursor_advance,
 
 #ifdef __cplusplus
 }

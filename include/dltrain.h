@@ -12,6 +12,7 @@
  *   dltrain/data.h      CIFAR-10 and synthetic datasets, the loader, evaluation
  *   dltrain/io.h        safetensors checkpoints
  *   dltrain/graph.h     whole-step CUDA graphs
+ *   dltrain/device.h    device info, micro-benchmarks, the NVML GPU monitor
  * docs/api.md is the reference; docs/guide.md shows a training loop.
  */
 #ifndef DLTRAIN_H
@@ -27,5 +28,6 @@
 #include "dltrain/data.h"
 #include "dltrain/io.h"
 #include "dltrain/graph.h"
+#include "dltrain/device.h"
 
 #endif

@@ -27,6 +27,8 @@ have c++ || need_pkgs+=(g++)
 have python3 || need_pkgs+=(python3)
 pkg-config --exists openblas 2>/dev/null || pkg-config --exists cblas 2>/dev/null || need_pkgs+=(libopenblas-dev)
 pkg-config --exists libcjson 2>/dev/null || need_pkgs+=(libcjson-dev)
+# the Python binding's numpy tests run under the interpreter meson runs with
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then need_pkgs+=(python3-numpy); fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "== installing: ${need_pkgs[*]}"
   if have apt-get; then

@@ -49,7 +49,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_scale(dlt_grad_scaler *s, dlt_t
                                                        dlt_tensor **out);
 /** Divides the optimizer's gradients by the scale in place and records whether any was
  *  inf/NaN (on the device). DLT_ERR_INVALID_STATE if already unscaled or stepped since the
- *  last update. */
+ *  last update. DLT_ERR_CONTEXT_MISMATCH when the optimizer is on another context; at most
+ *  32 optimizers can be used with one scaler between two updates. Disabled: no-op. */
 DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_unscale(dlt_grad_scaler *s, dlt_optimizer *opt);
 /** Unscales if not yet done, then steps the optimizer unless an inf/NaN was found; the skip
  *  is decided on the device (no synchronisation). DLT_ERR_INVALID_STATE if already stepped
@@ -66,17 +67,20 @@ DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_update_to(dlt_grad_scaler *s, d
 DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_get_scale(dlt_grad_scaler *s, double *out);
 /** The scale as a one-element f32 device tensor (borrowed), NULL when disabled. */
 DLT_API dlt_tensor *dlt_grad_scaler_scale_tensor(dlt_grad_scaler *s);
-/** 1 if the last unscale found inf/NaN in the optimizer's gradients. Synchronises. */
+/** 1 if the last unscale found inf/NaN in the optimizer's gradients (0 if the scaler never
+ *  unscaled it, or is disabled). Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_found_inf(dlt_grad_scaler *s, dlt_optimizer *opt,
                                                            int32_t *out);
 
-/** PyTorch's state_dict fields. Synchronises. Any out-pointer may be NULL. */
+/** PyTorch's state_dict fields. Synchronises. Any out-pointer may be NULL.
+ *  DLT_ERR_INVALID_STATE when disabled (PyTorch's state_dict is then empty). */
 DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_get_state(dlt_grad_scaler *s, double *scale,
                                                            double *growth_factor,
                                                            double *backoff_factor,
                                                            int32_t *growth_interval,
                                                            int32_t *growth_tracker);
-/** load_state_dict: sets all five fields (validated as at creation). */
+/** load_state_dict: sets all five fields (validated as at creation; growth_tracker >= 0).
+ *  Enqueued. Disabled: validates, then does nothing (as PyTorch). */
 DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_set_state(dlt_grad_scaler *s, double scale,
                                                            double growth_factor,
                                                            double backoff_factor,

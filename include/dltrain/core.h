@@ -194,6 +194,20 @@ DLT_API dlt_status dlt_memory_reset_peak(dlt_ctx *ctx);
 DLT_API dlt_status dlt_empty_cache(dlt_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------
+ * Timing: events mark points in a context's queue of work (CUDA events on the GPU, the host
+ * clock on the CPU), so device time can be measured without synchronising every step.
+ * ------------------------------------------------------------------------------------- */
+typedef struct dlt_event dlt_event;
+/** Creates an event on ctx (owned by the caller: dlt_event_destroy). */
+DLT_API DLT_NODISCARD dlt_status dlt_event_create(dlt_ctx *ctx, dlt_event **out);
+/** Waits for the event's work, then frees it. NULL is a no-op. */
+DLT_API void dlt_event_destroy(dlt_event *ev);
+/** Records the current end of the context's queue. Enqueued; not allowed during capture. */
+DLT_API DLT_NODISCARD dlt_status dlt_event_record(dlt_event *ev);
+/** Milliseconds from start to end (both recorded, same context). Waits for end: synchronises. */
+DLT_API DLT_NODISCARD dlt_status dlt_event_elapsed_ms(dlt_event *start, dlt_event *end, double *ms);
+
+/* ---------------------------------------------------------------------------------------
  * Testing hooks (stable, but meant for tests of programs that embed the library)
  * ------------------------------------------------------------------------------------- */
 /** Makes the n-th allocation from now on (1 = the next) fail with an out-of-memory status;

@@ -23,8 +23,13 @@ typedef struct dlt_optimizer dlt_optimizer;
  *   g = maximize ? -grad : grad;  g += weight_decay * p;
  *   momentum: b = first ? g : momentum*b + (1-dampening)*g;  g = nesterov ? g + momentum*b : b
  *   p -= lr * g
+ * in fp32 with the rounding of PyTorch's foreach implementation (the one it picks on CUDA).
+ * Like that implementation, with nesterov and neither maximize nor weight decay the
+ * gradient tensor itself receives g + momentum*b.
  * Parameters whose gradient is absent (set-to-none zero-grad, never reached by backward) are
- * skipped; a momentum buffer is created the first time its parameter is updated.
+ * skipped; a momentum buffer is created the first time its parameter has a gradient at a
+ * step, and "first" above means the first step that was applied (not skipped by a
+ * GradScaler).
  * @param params  n fp32 leaf tensors of one context (retained by the optimizer).
  * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (lr < 0, momentum < 0,
  *         weight_decay < 0, nesterov with momentum <= 0 or dampening != 0, n < 1, a
@@ -46,7 +51,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_optimizer_step(dlt_optimizer *opt);
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_zero_grad(dlt_optimizer *opt, int32_t set_to_none);
 
 /** Sets the learning rate (an enqueued device write; no rebuild, valid inside a captured
- *  graph only if called outside it). Clears any schedule's base to this value. */
+ *  graph only if called outside it). The next step uses lr; an active schedule takes lr as
+ *  its new base from the next applied step on. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_set_lr(dlt_optimizer *opt, double lr);
 /** Current learning rate. Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_get_lr(dlt_optimizer *opt, double *out);
@@ -59,7 +65,8 @@ DLT_API int32_t dlt_optimizer_num_params(const dlt_optimizer *opt);
 /** Parameter i (borrowed), NULL when out of range. */
 DLT_API dlt_tensor *dlt_optimizer_param(const dlt_optimizer *opt, int32_t i);
 /** Momentum buffer of parameter i (borrowed), or NULL if none was created yet. Buffers are
- *  created by the first step that updates the parameter. */
+ *  created by the first step at which the parameter has a gradient (zeros until a step is
+ *  applied to it). */
 DLT_API dlt_tensor *dlt_optimizer_momentum_buffer(const dlt_optimizer *opt, int32_t i);
 /** Hyper-parameters as given at creation (any out-pointer may be NULL). */
 DLT_API DLT_NODISCARD dlt_status dlt_sgd_get_options(const dlt_optimizer *opt, double *momentum,
@@ -71,6 +78,10 @@ DLT_API DLT_NODISCARD dlt_status dlt_sgd_get_options(const dlt_optimizer *opt, d
  * (t = 1, 2, ...): lr = base_lr * warmup(t) * main(t). Setting a schedule replaces the
  * previous one of the same kind (warm-up and main are independent). base_lr is the lr the
  * optimizer had when the first schedule was set.
+ * t is the optimizer's applied-step count (dlt_optimizer_step_count): setting a schedule
+ * evaluates it at once for the current t, so a schedule set after training started picks
+ * up at that count, and a restored step count resumes it. A captured graph (graph.h) keeps
+ * the schedule settings it was captured with; set schedules before capturing.
  * ------------------------------------------------------------------------------------- */
 /** main(t) = gamma ^ floor(t / step_size)  (StepLR) */
 DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_step(dlt_optimizer *opt, int64_t step_size, double gamma);
@@ -83,7 +94,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_cosine(dlt_optimizer *opt, int6
 /** warmup(t) = start_factor + (1 - start_factor) * min(t, steps) / steps  (LinearLR);
  *  before the first step the lr is base * start_factor. */
 DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_warmup(dlt_optimizer *opt, int64_t steps, double start_factor);
-/** Removes all schedules; the lr stays at its current value. */
+/** Removes all schedules; the lr stays at its current value (and is the base of a later
+ *  schedule). */
 DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_clear(dlt_optimizer *opt);
 
 #ifdef __cplusplus

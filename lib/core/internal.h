@@ -274,7 +274,9 @@ typedef struct dlt_optim_state_op {
 typedef struct dlt_sgd_launch {
     int32_t n;
     dlt_tensor **params;    /* fp32 masters, updated in place */
-    dlt_tensor **grads;     /* fp32 gradients (read only) */
+    dlt_tensor **grads;     /* fp32 gradients; read only, except that with nesterov, no
+                             * maximize and no weight decay they receive g + momentum*b, as
+                             * PyTorch's foreach _foreach_add_(grads, bufs) does */
     dlt_tensor **bufs;      /* momentum buffers (n entries), or NULL when momentum == 0 */
     dlt_tensor **lp_copies; /* 2n entries: [2i] f16, [2i+1] bf16 copy of param i to write with
                              * the rounded new value, or NULL; same shape and format */
@@ -452,6 +454,19 @@ struct dlt_backend {
     /* count of argmax(logits[i]) == target[i] added to *correct (device/host int64) */
     dlt_status (*count_correct)(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
                                 const dlt_tensor *targets);
+
+    /* timing events (lib/core/event.c) */
+    dlt_status (*event_create)(dlt_ctx *ctx, void **ev);
+    dlt_status (*event_record)(dlt_ctx *ctx, void *ev);
+    dlt_status (*event_elapsed)(dlt_ctx *ctx, void *start, void *end, double *ms); /* syncs */
+    void (*event_destroy)(dlt_ctx *ctx, void *ev);
+
+    /* whole-step graphs (cuda/graph.c; NULL on the CPU: eager fallback) */
+    dlt_status (*capture_begin)(dlt_ctx *ctx);
+    /* ends capture; ok = 0 discards it. On success *exec is an executable graph. */
+    dlt_status (*capture_end)(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes);
+    dlt_status (*graph_launch)(dlt_ctx *ctx, void *exec);
+    void (*graph_free)(dlt_ctx *ctx, void *exec);
 
     /* ---- extensions: each area appends its entries in its own block ---- */
     /* optim (lib/optim, lib/cpu/sgd.c, cuda/sgd.cu) */

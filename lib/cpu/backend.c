@@ -30,6 +30,10 @@ static const dlt_backend CPU_BACKEND = {
     .broadcast_scalar = dlt__cpu_broadcast_scalar,
     .relu_fwd = dlt__cpu_relu_fwd,
     .relu_bwd = dlt__cpu_relu_bwd,
+    .event_create = dlt__cpu_event_create,
+    .event_record = dlt__cpu_event_record,
+    .event_elapsed = dlt__cpu_event_elapsed,
+    .event_destroy = dlt__cpu_event_destroy,
     DLT_CPU_OPS_ENTRIES
 };
 

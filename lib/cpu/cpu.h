@@ -50,6 +50,12 @@ dlt_status dlt__cpu_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out);
 dlt_status dlt__cpu_mem_reset_peak(dlt_ctx *ctx);
 dlt_status dlt__cpu_empty_cache(dlt_ctx *ctx);
 
+/* lib/core/event.c */
+dlt_status dlt__cpu_event_create(dlt_ctx *ctx, void **ev);
+dlt_status dlt__cpu_event_record(dlt_ctx *ctx, void *ev);
+dlt_status dlt__cpu_event_elapsed(dlt_ctx *ctx, void *start, void *end, double *ms);
+void dlt__cpu_event_destroy(dlt_ctx *ctx, void *ev);
+
 /* elementwise.c */
 dlt_status dlt__cpu_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src);
 dlt_status dlt__cpu_fill(dlt_ctx *ctx, dlt_tensor *t, double value);

@@ -66,30 +66,38 @@ void dlt__cpu_from_f32_nchw(dlt_tensor *t, const float *src, int32_t beta) {
                 }
 }
 
+static inline int64_t ld_int(const void *p, int32_t dtype, int64_t i) {
+    switch (dtype) {
+    case DLT_I64: return ((const int64_t *)p)[i];
+    case DLT_I32: return ((const int32_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+
+/* Integer -> integer conversions wrap like C (and PyTorch: int32 -3 -> uint8 253);
+ * integer -> float goes through double (exact for every int32); float -> integer
+ * saturates (NaN -> 0) in dlt__st, where C's conversion would be undefined. */
 dlt_status dlt__cpu_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src) {
     (void)ctx;
     const void *s = dlt__data(src);
     void *d = dlt__data(dst);
     const int same_fmt = dst->format == src->format;
-    /* integer <-> integer and integer -> float keep exact values via double */
-    const int exact = !dlt__is_float(src->dtype) || !dlt__is_float(dst->dtype);
+    const int si_int = !dlt__is_float(src->dtype), di_int = !dlt__is_float(dst->dtype);
     for (int64_t i = 0; i < src->numel; i++) {
         int64_t si = same_fmt ? i : mem_index(src, i);
         int64_t di = same_fmt ? i : mem_index(dst, i);
-        if (exact && (src->dtype == DLT_I64 || dst->dtype == DLT_I64)) {
-            int64_t v;
-            switch (src->dtype) {
-            case DLT_I64: v = ((const int64_t *)s)[si]; break;
-            case DLT_I32: v = ((const int32_t *)s)[si]; break;
-            case DLT_U8: v = ((const uint8_t *)s)[si]; break;
-            default: v = (int64_t)dlt__ld(s, src->dtype, si); break;
-            }
+        if (si_int && di_int) {
+            int64_t v = ld_int(s, src->dtype, si);
             if (dst->dtype == DLT_I64) ((int64_t *)d)[di] = v;
-            else if (dst->dtype == DLT_I32) ((int32_t *)d)[di] = (int32_t)v;
-            else if (dst->dtype == DLT_U8) ((uint8_t *)d)[di] = (uint8_t)v;
-            else dlt__st(d, dst->dtype, di, (float)v);
-        } else if (src->dtype == DLT_I32 && dst->dtype == DLT_I32) {
-            ((int32_t *)d)[di] = ((const int32_t *)s)[si];
+            else if (dst->dtype == DLT_I32) ((int32_t *)d)[di] = (int32_t)(uint32_t)(uint64_t)v;
+            else ((uint8_t *)d)[di] = (uint8_t)(uint64_t)v;
+        } else if (si_int) {
+            dlt__st(d, dst->dtype, di, (float)(double)ld_int(s, src->dtype, si));
+        } else if (di_int && dst->dtype == DLT_I64) {
+            /* f32 has 24 bits of mantissa: go through double for the exact value */
+            float f = dlt__ld(s, src->dtype, si);
+            ((int64_t *)d)[di] = f != f ? 0 : f >= 9.2233715e18f ? INT64_MAX
+                                 : f <= -9.2233720e18f ? INT64_MIN : (int64_t)(double)f;
         } else {
             dlt__st(d, dst->dtype, di, dlt__ld(s, src->dtype, si));
         }

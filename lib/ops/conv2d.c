@@ -137,13 +137,8 @@ dlt_status dlt_conv2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, int64_t st
     const int64_t yshape[4] = {N, K, P, Q};
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, dtype, yshape, 4, x->format, F, &y), done);
     dlt_conv_params p = {{stride_h, stride_w}, {pad_h, pad_w}, {dil_h, dil_w}, groups};
-    if (y->numel > 0) {
-        if (xc->numel == 0) {
-            DLT_CHECK_GOTO(st, ctx->be->fill(ctx, y, 0.0), done);
-        } else {
-            DLT_CHECK_GOTO(st, ctx->be->conv2d_fwd(ctx, y, xc, wf, bc, &p), done);
-        }
-    }
+    /* kernels handle C == 0 themselves (y = bias) */
+    if (y->numel > 0) DLT_CHECK_GOTO(st, ctx->be->conv2d_fwd(ctx, y, xc, wf, bc, &p), done);
     {
         dlt_tensor *in[3] = {xc, wf, bc};
         DLT_CHECK_GOTO(st, dlt__record(ctx, "conv2d", conv2d_backward, in, bias ? 3 : 2, &y, 1, &node),

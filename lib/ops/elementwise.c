@@ -124,9 +124,10 @@ dlt_status dlt_mul_scalar(dlt_tensor *x, dlt_tensor *s, double alpha, dlt_tensor
     if (s) {
         DLT_CHECK(dlt__check_tensor(s, F, "s"));
         DLT_CHECK(dlt__check_same_ctx(x, s, F, "x", "s"));
-        if (s->dtype != DLT_F32 || s->numel != 1)
-            return dlt__err(DLT_ERR_SHAPE, F, "s must be a one-element f32 tensor, got %s with %lld elements",
-                            dlt_dtype_name(s->dtype), (long long)s->numel);
+        if (s->dtype != DLT_F32)
+            return dlt__err(DLT_ERR_DTYPE, F, "s must be an f32 tensor, got %s", dlt_dtype_name(s->dtype));
+        if (s->numel != 1)
+            return dlt__err(DLT_ERR_SHAPE, F, "s must have one element, got %lld", (long long)s->numel);
     }
     dlt_ctx *ctx = x->ctx;
     dlt_tensor *y = NULL;

@@ -103,7 +103,11 @@ dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, dtype, ys, 2, DLT_FORMAT_CONTIGUOUS, F, &y), done);
     if (y->numel) {
         if (x->shape[1] == 0) {
-            /* an empty inner dimension: y = bias (or 0) */
+            /* an empty inner dimension: y = 0 (+ bias, which has no broadcast kernel yet) */
+            if (bias) {
+                st = dlt__err(DLT_ERR_NOT_SUPPORTED, F, "linear with in_features = 0 and a bias");
+                goto done;
+            }
             DLT_CHECK_GOTO(st, ctx->be->fill(ctx, y, 0.0), done);
         } else {
             DLT_CHECK_GOTO(st, ctx->be->linear_fwd(ctx, y, xc, wc, bc), done);

@@ -1,0 +1,371 @@
+"""Loading libdltrain and declaring its C functions for ctypes.
+
+The library is found, in this order:
+  1. the path in the DLTRAIN_LIBRARY environment variable (nothing else is tried when it is
+     set: a wrong path is an error, not a reason to pick up some other copy);
+  2. its SONAME, libdltrain.so.1, through the dynamic loader's search path (LD_LIBRARY_PATH,
+     the ld.so cache, RUNPATH): an installed library of this ABI generation;
+  3. ctypes.util.find_library("dltrain");
+  4. libdltrain.so (a development symlink).
+The loaded library must report dlt_abi_version() == ABI_VERSION, or importing dltrain raises
+ImportError naming both numbers.
+
+Every function of the public headers is listed in _SIGNATURES with its exact C types
+(int32_t -> c_int32, int64_t -> c_int64, size_t -> c_size_t, double -> c_double, handles and
+untyped buffers -> c_void_p). tests/test_abi.py checks this table against include/dltrain/*.h.
+A function the loaded library does not export (a part not built yet, or an older minor
+release) is replaced by a stub that raises NotImplementedError when called, so the rest of
+the binding keeps working.
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+from . import errors
+
+#: ABI generation this binding speaks (DLT_ABI_VERSION, the SONAME number).
+ABI_VERSION = 1
+
+# ---- C types, named as in the headers --------------------------------------------------
+I32 = ctypes.c_int32
+I64 = ctypes.c_int64
+U32 = ctypes.c_uint32
+U64 = ctypes.c_uint64
+SIZE = ctypes.c_size_t
+F64 = ctypes.c_double
+PTR = ctypes.c_void_p  # opaque handle or untyped buffer
+STR = ctypes.c_char_p  # const char * (in) / char * buffer
+STATUS = I32  # dlt_status
+P = ctypes.POINTER
+
+#: C callback types. Instances must be kept alive as long as the library may call them.
+LOG_FN = ctypes.CFUNCTYPE(None, I32, STR, PTR)  # dlt_log_fn
+STEP_FN = ctypes.CFUNCTYPE(STATUS, PTR)  # dlt_step_fn
+
+# name: (restype, [argtypes]). Grouped by header, in header order.
+_SIGNATURES = {
+    # ---- core.h
+    "dlt_version": (U32, []),
+    "dlt_abi_version": (U32, []),
+    "dlt_version_string": (STR, []),
+    "dlt_built_with_cuda": (I32, []),
+    "dlt_status_string": (STR, [STATUS]),
+    "dlt_last_error": (STR, []),
+    "dlt_last_error_code": (STATUS, []),
+    "dlt_last_error_copy": (SIZE, [STR, SIZE]),
+    "dlt_clear_error": (None, []),
+    "dlt_set_log_callback": (None, [LOG_FN, PTR]),
+    "dlt_cuda_device_count": (STATUS, [P(I32)]),
+    "dlt_ctx_create": (STATUS, [I32, I32, U32, P(PTR)]),
+    "dlt_ctx_destroy": (None, [PTR]),
+    "dlt_ctx_device_type": (I32, [PTR]),
+    "dlt_ctx_device_index": (I32, [PTR]),
+    "dlt_ctx_device_name": (STATUS, [PTR, STR, SIZE]),
+    "dlt_ctx_synchronize": (STATUS, [PTR]),
+    "dlt_ctx_check": (STATUS, [PTR]),
+    "dlt_ctx_set_seed": (STATUS, [PTR, U64]),
+    "dlt_ctx_get_seed": (STATUS, [PTR, P(U64), P(U64)]),
+    "dlt_ctx_set_deterministic": (STATUS, [PTR, I32]),
+    "dlt_ctx_set_allow_tf32": (STATUS, [PTR, I32]),
+    "dlt_memory_stat": (STATUS, [PTR, I32, P(U64)]),
+    "dlt_memory_reset_peak": (STATUS, [PTR]),
+    "dlt_empty_cache": (STATUS, [PTR]),
+    "dlt_event_create": (STATUS, [PTR, P(PTR)]),
+    "dlt_event_destroy": (None, [PTR]),
+    "dlt_event_record": (STATUS, [PTR]),
+    "dlt_event_elapsed_ms": (STATUS, [PTR, PTR, P(F64)]),
+    "dlt_testing_fail_alloc": (STATUS, [PTR, I64]),
+    "dlt_testing_alloc_count": (STATUS, [PTR, P(I64)]),
+    # ---- tensor.h
+    "dlt_dtype_size": (SIZE, [I32]),
+    "dlt_dtype_name": (STR, [I32]),
+    "dlt_tensor_empty": (STATUS, [PTR, I32, P(I64), I32, I32, P(PTR)]),
+    "dlt_tensor_zeros": (STATUS, [PTR, I32, P(I64), I32, I32, P(PTR)]),
+    "dlt_tensor_from_host": (STATUS, [PTR, I32, P(I64), I32, I32, PTR, SIZE, P(PTR)]),
+    "dlt_tensor_retain": (PTR, [PTR]),
+    "dlt_tensor_release": (None, [PTR]),
+    "dlt_tensor_ndim": (I32, [PTR]),
+    "dlt_tensor_dim": (I64, [PTR, I32]),
+    "dlt_tensor_numel": (I64, [PTR]),
+    "dlt_tensor_nbytes": (SIZE, [PTR]),
+    "dlt_tensor_dtype": (I32, [PTR]),
+    "dlt_tensor_format": (I32, [PTR]),
+    "dlt_tensor_device_type": (I32, [PTR]),
+    "dlt_tensor_ctx": (PTR, [PTR]),
+    "dlt_tensor_shape": (I32, [PTR, P(I64), I32]),
+    "dlt_tensor_copy_to_host": (STATUS, [PTR, PTR, SIZE]),
+    "dlt_tensor_copy_from_host": (STATUS, [PTR, PTR, SIZE]),
+    "dlt_tensor_copy": (STATUS, [PTR, PTR]),
+    "dlt_tensor_to_ctx": (STATUS, [PTR, PTR, P(PTR)]),
+    "dlt_tensor_cast": (STATUS, [PTR, I32, P(PTR)]),
+    "dlt_tensor_to_format": (STATUS, [PTR, I32, P(PTR)]),
+    "dlt_tensor_fill": (STATUS, [PTR, F64]),
+    "dlt_tensor_rand_uniform": (STATUS, [PTR, F64, F64]),
+    "dlt_tensor_rand_normal": (STATUS, [PTR, F64, F64]),
+    "dlt_tensor_get": (STATUS, [PTR, I64, P(F64)]),
+    "dlt_tensor_item": (STATUS, [PTR, P(F64)]),
+    "dlt_tensor_set_requires_grad": (STATUS, [PTR, I32]),
+    "dlt_tensor_requires_grad": (I32, [PTR]),
+    "dlt_tensor_grad": (PTR, [PTR]),
+    # ---- ops.h
+    "dlt_conv2d": (STATUS, [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, I64, P(PTR)]),
+    "dlt_batch_norm2d": (STATUS, [PTR, PTR, PTR, PTR, PTR, I32, F64, F64, P(PTR)]),
+    "dlt_batch_norm2d_act": (STATUS, [PTR, PTR, I32, PTR, PTR, PTR, PTR, I32, F64, F64, P(PTR)]),
+    "dlt_relu": (STATUS, [PTR, P(PTR)]),
+    "dlt_max_pool2d": (STATUS, [PTR, I64, I64, I64, I64, I64, I64, P(PTR)]),
+    "dlt_global_avg_pool2d": (STATUS, [PTR, P(PTR)]),
+    "dlt_linear": (STATUS, [PTR, PTR, PTR, P(PTR)]),
+    "dlt_add": (STATUS, [PTR, PTR, P(PTR)]),
+    "dlt_mul_scalar": (STATUS, [PTR, PTR, F64, P(PTR)]),
+    "dlt_sum": (STATUS, [PTR, P(PTR)]),
+    "dlt_mean": (STATUS, [PTR, P(PTR)]),
+    "dlt_reshape": (STATUS, [PTR, P(I64), I32, P(PTR)]),
+    "dlt_flatten": (STATUS, [PTR, I32, I32, P(PTR)]),
+    "dlt_cast": (STATUS, [PTR, I32, P(PTR)]),
+    "dlt_cross_entropy": (STATUS, [PTR, PTR, I64, I32, P(PTR)]),
+    # ---- autograd.h
+    "dlt_backward": (STATUS, [PTR, PTR]),
+    "dlt_zero_grad": (STATUS, [P(PTR), I32, I32]),
+    "dlt_grad_set_enabled": (STATUS, [PTR, I32, P(I32)]),
+    "dlt_grad_is_enabled": (I32, [PTR]),
+    "dlt_tape_live_nodes": (STATUS, [PTR, P(I64)]),
+    "dlt_tape_clear": (STATUS, [PTR]),
+    "dlt_tensor_detach": (STATUS, [PTR, P(PTR)]),
+    # ---- nn.h
+    "dlt_module_destroy": (None, [PTR]),
+    "dlt_module_forward": (STATUS, [PTR, PTR, P(PTR)]),
+    "dlt_module_set_training": (STATUS, [PTR, I32]),
+    "dlt_module_is_training": (I32, [PTR]),
+    "dlt_module_kind": (STR, [PTR]),
+    "dlt_module_num_state": (I32, [PTR]),
+    "dlt_module_state_entry": (STATUS, [PTR, I32, P(STR), P(PTR), P(I32)]),
+    "dlt_module_find": (STATUS, [PTR, STR, P(PTR)]),
+    "dlt_module_num_params": (I32, [PTR]),
+    "dlt_module_params": (STATUS, [PTR, P(PTR), I32, P(I32)]),
+    "dlt_module_param_count": (I64, [PTR]),
+    "dlt_module_set_format": (STATUS, [PTR, I32]),
+    "dlt_conv2d_create": (STATUS, [PTR, I64, I64, I64, I64, I64, I64, I64, I64, I32, P(PTR)]),
+    "dlt_batchnorm2d_create": (STATUS, [PTR, I64, F64, F64, P(PTR)]),
+    "dlt_linear_create": (STATUS, [PTR, I64, I64, I32, P(PTR)]),
+    "dlt_relu_create": (STATUS, [PTR, P(PTR)]),
+    "dlt_max_pool2d_create": (STATUS, [PTR, I64, I64, I64, P(PTR)]),
+    "dlt_global_avg_pool2d_create": (STATUS, [PTR, P(PTR)]),
+    "dlt_flatten_create": (STATUS, [PTR, P(PTR)]),
+    "dlt_sequential_create": (STATUS, [PTR, P(PTR)]),
+    "dlt_sequential_append": (STATUS, [PTR, STR, PTR]),
+    "dlt_basic_block_create": (STATUS, [PTR, I64, I64, I64, P(PTR)]),
+    "dlt_bottleneck_create": (STATUS, [PTR, I64, I64, I64, P(PTR)]),
+    "dlt_resnet_create": (STATUS, [PTR, I32, I64, P(PTR)]),
+    "dlt_resnet50_create": (STATUS, [PTR, I64, P(PTR)]),
+    # ---- optim.h
+    "dlt_sgd_create": (STATUS, [P(PTR), I32, F64, F64, F64, F64, I32, I32, P(PTR)]),
+    "dlt_optimizer_destroy": (None, [PTR]),
+    "dlt_optimizer_step": (STATUS, [PTR]),
+    "dlt_optimizer_zero_grad": (STATUS, [PTR, I32]),
+    "dlt_optimizer_set_lr": (STATUS, [PTR, F64]),
+    "dlt_optimizer_get_lr": (STATUS, [PTR, P(F64)]),
+    "dlt_optimizer_step_count": (STATUS, [PTR, P(I64)]),
+    "dlt_optimizer_last_step_applied": (STATUS, [PTR, P(I32)]),
+    "dlt_optimizer_num_params": (I32, [PTR]),
+    "dlt_optimizer_param": (PTR, [PTR, I32]),
+    "dlt_optimizer_momentum_buffer": (PTR, [PTR, I32]),
+    "dlt_sgd_get_options": (STATUS, [PTR, P(F64), P(F64), P(F64), P(I32), P(I32)]),
+    "dlt_lr_schedule_step": (STATUS, [PTR, I64, F64]),
+    "dlt_lr_schedule_multistep": (STATUS, [PTR, P(I64), I32, F64]),
+    "dlt_lr_schedule_cosine": (STATUS, [PTR, I64, F64]),
+    "dlt_lr_schedule_warmup": (STATUS, [PTR, I64, F64]),
+    "dlt_lr_schedule_clear": (STATUS, [PTR]),
+    # ---- amp.h
+    "dlt_autocast_begin": (STATUS, [PTR, I32]),
+    "dlt_autocast_end": (STATUS, [PTR]),
+    "dlt_autocast_dtype": (I32, [PTR]),
+    "dlt_grad_scaler_create": (STATUS, [PTR, F64, F64, F64, I32, I32, P(PTR)]),
+    "dlt_grad_scaler_destroy": (None, [PTR]),
+    "dlt_grad_scaler_is_enabled": (I32, [PTR]),
+    "dlt_grad_scaler_scale": (STATUS, [PTR, PTR, P(PTR)]),
+    "dlt_grad_scaler_unscale": (STATUS, [PTR, PTR]),
+    "dlt_grad_scaler_step": (STATUS, [PTR, PTR]),
+    "dlt_grad_scaler_update": (STATUS, [PTR]),
+    "dlt_grad_scaler_update_to": (STATUS, [PTR, F64]),
+    "dlt_grad_scaler_get_scale": (STATUS, [PTR, P(F64)]),
+    "dlt_grad_scaler_scale_tensor": (PTR, [PTR]),
+    "dlt_grad_scaler_found_inf": (STATUS, [PTR, PTR, P(I32)]),
+    "dlt_grad_scaler_get_state": (STATUS, [PTR, P(F64), P(F64), P(F64), P(I32), P(I32)]),
+    "dlt_grad_scaler_set_state": (STATUS, [PTR, F64, F64, F64, I32, I32]),
+    # ---- data.h
+    "dlt_cifar10_open": (STATUS, [PTR, STR, I32, P(PTR)]),
+    "dlt_cifar10_open_file": (STATUS, [PTR, STR, P(PTR)]),
+    "dlt_synthetic_dataset_create": (STATUS, [PTR, I64, I32, U64, I32, P(PTR)]),
+    "dlt_dataset_destroy": (None, [PTR]),
+    "dlt_dataset_size": (I64, [PTR]),
+    "dlt_dataset_num_classes": (I32, [PTR]),
+    "dlt_dataset_get": (STATUS, [PTR, I64, PTR, SIZE, P(I32)]),
+    "dlt_dataset_class_name": (STR, [PTR, I32]),
+    "dlt_loader_create": (STATUS, [PTR, I64, I32, I32, U64, P(PTR)]),
+    "dlt_loader_destroy": (None, [PTR]),
+    "dlt_loader_set_output": (STATUS, [PTR, I32, I32, I32]),
+    "dlt_loader_set_normalize": (STATUS, [PTR, P(ctypes.c_float), P(ctypes.c_float)]),
+    "dlt_loader_set_augment": (STATUS, [PTR, I32, I32]),
+    "dlt_loader_start_epoch": (STATUS, [PTR, I64]),
+    "dlt_loader_next": (STATUS, [PTR, P(PTR), P(PTR), P(I32)]),
+    "dlt_loader_num_batches": (I64, [PTR]),
+    "dlt_loader_batch_size": (I64, [PTR]),
+    "dlt_loader_epoch_order": (STATUS, [PTR, I64, P(I64), I64]),
+    "dlt_evaluate_accuracy": (STATUS, [PTR, PTR, P(F64)]),
+    # ---- io.h
+    "dlt_module_save": (STATUS, [PTR, STR]),
+    "dlt_module_load": (STATUS, [PTR, STR]),
+    "dlt_checkpoint_save": (STATUS, [STR, PTR, PTR, PTR, I64, I64]),
+    "dlt_checkpoint_load": (STATUS, [STR, PTR, PTR, PTR, P(I64), P(I64)]),
+    "dlt_safetensors_save": (STATUS, [STR, P(STR), P(PTR), I32]),
+    "dlt_safetensors_load_tensor": (STATUS, [PTR, STR, STR, P(PTR)]),
+    # ---- graph.h
+    "dlt_graph_create": (STATUS, [PTR, STEP_FN, PTR, I32, P(PTR)]),
+    "dlt_graph_run": (STATUS, [PTR]),
+    "dlt_graph_is_captured": (I32, [PTR]),
+    "dlt_graph_num_nodes": (I64, [PTR]),
+    "dlt_graph_destroy": (None, [PTR]),
+    # ---- device.h
+    "dlt_device_arch_cores": (STATUS, [I32, I32, P(I32), P(I32)]),
+    "dlt_device_info_get": (STATUS, [I32, P(PTR)]),
+    "dlt_device_info_destroy": (None, [PTR]),
+    "dlt_device_info_int": (STATUS, [PTR, I32, P(I64)]),
+    "dlt_device_info_double": (STATUS, [PTR, I32, P(F64)]),
+    "dlt_device_info_string": (STATUS, [PTR, I32, STR, SIZE, P(SIZE)]),
+    "dlt_device_info_key_name": (STR, [I32]),
+    "dlt_device_info_key_type": (I32, [I32]),
+    "dlt_bench_copy_bandwidth": (STATUS, [PTR, SIZE, P(F64)]),
+    "dlt_bench_gemm": (STATUS, [PTR, I32, I64, I64, I64, P(F64)]),
+    "dlt_gpu_monitor_start": (STATUS, [I32, I32, P(PTR)]),
+    "dlt_gpu_monitor_stop": (STATUS, [PTR]),
+    "dlt_gpu_monitor_destroy": (None, [PTR]),
+    "dlt_gpu_monitor_int": (STATUS, [PTR, I32, P(I64)]),
+    "dlt_gpu_monitor_double": (STATUS, [PTR, I32, P(F64)]),
+    "dlt_gpu_monitor_string": (STATUS, [PTR, I32, STR, SIZE, P(SIZE)]),
+    "dlt_gpu_monitor_key_name": (STR, [I32]),
+    "dlt_gpu_monitor_key_type": (I32, [I32]),
+}
+
+
+def _candidates():
+    env = os.environ.get("DLTRAIN_LIBRARY")
+    if env:
+        return [env], True
+    names = ["libdltrain.so.%d" % ABI_VERSION]
+    found = ctypes.util.find_library("dltrain")
+    if found:
+        names.append(found)
+    names.append("libdltrain.so")
+    return names, False
+
+
+def _load():
+    names, from_env = _candidates()
+    tried = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            tried.append("%s (%s)" % (name, e))
+    if from_env:
+        raise ImportError("dltrain: cannot load the library named by DLTRAIN_LIBRARY: " + tried[0])
+    raise ImportError(
+        "dltrain: libdltrain not found (tried %s). Install libdltrain (meson install), add its "
+        "directory to LD_LIBRARY_PATH, or set DLTRAIN_LIBRARY to the path of libdltrain.so"
+        % "; ".join(tried))
+
+
+def check_abi(library_abi, path):
+    """Raises ImportError unless the library's ABI generation is the binding's."""
+    if library_abi != ABI_VERSION:
+        raise ImportError(
+            "dltrain: %s is libdltrain ABI %d but this binding speaks ABI %d; install the "
+            "matching library or binding" % (path, library_abi, ABI_VERSION))
+
+
+class _Missing:
+    """Stands in for a function the loaded library does not export."""
+
+    def __init__(self, name, path):
+        self.__name__ = name
+        self._path = path
+
+    def __call__(self, *args):
+        raise NotImplementedError(
+            "%s is not implemented by the loaded libdltrain (%s does not export it)"
+            % (self.__name__, self._path))
+
+
+class Library:
+    """The loaded CDLL with every public function declared; attribute access by C name."""
+
+    def __init__(self, cdll, path):
+        self.cdll = cdll
+        self.path = path
+        self.missing = []
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            if hasattr(cdll, name):
+                f = getattr(cdll, name)
+                f.restype = restype
+                f.argtypes = argtypes
+                setattr(self, name, f)
+            else:
+                self.missing.append(name)
+                setattr(self, name, _Missing(name, path))
+
+    def has(self, name):
+        """True when the library exports `name` (a function of the public API)."""
+        return name not in self.missing and hasattr(self, name)
+
+    def declare(self, name, restype, argtypes):
+        """Declares a function beyond the table (used by optional modules)."""
+        if hasattr(self.cdll, name):
+            f = getattr(self.cdll, name)
+            f.restype = restype
+            f.argtypes = argtypes
+        else:
+            self.missing.append(name)
+            f = _Missing(name, self.path)
+        setattr(self, name, f)
+        return f
+
+    # ---- status handling -------------------------------------------------------------
+    def last_error_message(self):
+        n = self.dlt_last_error_copy(None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        self.dlt_last_error_copy(buf, n + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def check(self, status):
+        """Turns a non-OK dlt_status into the matching DltError subclass."""
+        if status != 0:
+            raise errors.from_status(status, self.last_error_message(),
+                                     self.dlt_status_string(status).decode())
+        return status
+
+
+def _open():
+    cdll, path = _load()
+    if not hasattr(cdll, "dlt_abi_version"):
+        raise ImportError("dltrain: %s is not libdltrain (no dlt_abi_version)" % path)
+    cdll.dlt_abi_version.restype = U32
+    cdll.dlt_abi_version.argtypes = []
+    check_abi(int(cdll.dlt_abi_version()), path)
+    return Library(cdll, path)
+
+
+lib = _open()
+check = lib.check
+
+
+def out_ptr():
+    """A fresh c_void_p to receive a handle through an out-pointer."""
+    return ctypes.c_void_p()
+
+
+def enc(s):
+    """str (or bytes, or None) to bytes for a const char * argument."""
+    if s is None or isinstance(s, bytes):
+        return s
+    return os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode("utf-8")

@@ -1,0 +1,386 @@
+"""Contexts: a device with its stream, allocator, random generator, tape and modes.
+
+    ctx = dltrain.Context("cuda")          # or "cpu", "cuda:1", Context("cuda", 1)
+    with ctx:                              # the current context for factories inside
+        model = dltrain.nn.resnet50(10)
+        x = dltrain.zeros((8, 3, 32, 32))
+
+Every object made from a context keeps it alive; closing a context (ctx.close(), or the
+garbage collector) destroys it once the last object made from it is gone.
+
+Functions that create objects take `ctx=None`; None means the current context: the
+innermost `with ctx:` block, else the one given to set_default_context, else a CPU context
+made on first use.
+"""
+
+import ctypes
+import threading
+
+from . import _lib
+from ._handle import Handle
+from ._lib import lib, check
+
+DEVICE_CPU = 0
+DEVICE_CUDA = 1
+
+MEM_ALLOCATED = 0
+MEM_PEAK_ALLOCATED = 1
+MEM_RESERVED = 2
+MEM_ALLOC_COUNT = 3
+
+
+def version():
+    """Packed release number of the loaded library (major*10000 + minor*100 + patch)."""
+    return int(lib.dlt_version())
+
+
+def version_string():
+    return lib.dlt_version_string().decode()
+
+
+def abi_version():
+    return int(lib.dlt_abi_version())
+
+
+def built_with_cuda():
+    return bool(lib.dlt_built_with_cuda())
+
+
+def cuda_device_count():
+    """Number of visible CUDA devices (0 without CUDA support, driver or device)."""
+    n = ctypes.c_int32()
+    check(lib.dlt_cuda_device_count(ctypes.byref(n)))
+    return n.value
+
+
+def cuda_is_available():
+    return cuda_device_count() > 0
+
+
+def library_path():
+    """Path (or name) the library was loaded from."""
+    return lib.path
+
+
+def last_error():
+    """(code, message) of the last failing call on this thread."""
+    return int(lib.dlt_last_error_code()), lib.last_error_message()
+
+
+def clear_error():
+    lib.dlt_clear_error()
+
+
+# ---- log callback ----------------------------------------------------------------------
+_log_keepalive = None
+
+
+def set_log_callback(fn):
+    """Installs fn(level, message) as the library's process-wide log callback (levels
+    LOG_ERROR=0, LOG_WARNING=1, LOG_INFO=2); None removes it. Exceptions raised by fn are
+    swallowed (they cannot cross the C library)."""
+    global _log_keepalive
+    if fn is None:
+        lib.dlt_set_log_callback(_lib.LOG_FN(), None)
+        _log_keepalive = None
+        return
+
+    def trampoline(level, message, user):
+        try:
+            fn(int(level), message.decode("utf-8", "replace") if message else "")
+        except Exception:
+            pass
+
+    cb = _lib.LOG_FN(trampoline)
+    lib.dlt_set_log_callback(cb, None)
+    _log_keepalive = cb  # the C library holds the pointer: keep the thunk alive
+
+
+LOG_ERROR = 0
+LOG_WARNING = 1
+LOG_INFO = 2
+
+
+def _parse_device(device, index):
+    if isinstance(device, Context):
+        raise TypeError("device must be 'cpu' or 'cuda', not a Context")
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device, (0 if index is None else index)
+    s = str(device).lower()
+    if ":" in s:
+        s, _, idx = s.partition(":")
+        if index is not None and int(idx) != index:
+            raise ValueError("device %r and index %d disagree" % (device, index))
+        index = int(idx)
+    if s == "cpu":
+        return DEVICE_CPU, 0 if index is None else index
+    if s in ("cuda", "gpu"):
+        return DEVICE_CUDA, 0 if index is None else index
+    raise ValueError("unknown device %r (use 'cpu', 'cuda' or 'cuda:N')" % (device,))
+
+
+class Context(Handle):
+    """A libdltrain context (dlt_ctx). Context("cpu"), Context("cuda"), Context("cuda:1")."""
+
+    __slots__ = ("__dict__",)
+    _destroy = staticmethod(lib.dlt_ctx_destroy)
+    _what = "context"
+
+    def __init__(self, device="cpu", index=None, seed=None):
+        dev, idx = _parse_device(device, index)
+        out = ctypes.c_void_p()
+        check(lib.dlt_ctx_create(dev, idx, _lib.ABI_VERSION, ctypes.byref(out)))
+        Handle.__init__(self, out.value)
+        self._depth = 0
+        if seed is not None:
+            self.set_seed(seed)
+
+    # ---- device --------------------------------------------------------------------------
+    @property
+    def device_type(self):
+        return int(lib.dlt_ctx_device_type(self.handle))
+
+    @property
+    def device_index(self):
+        return int(lib.dlt_ctx_device_index(self.handle))
+
+    @property
+    def is_cuda(self):
+        return self.device_type == DEVICE_CUDA
+
+    @property
+    def device(self):
+        """"cpu" or "cuda:N"."""
+        return "cpu" if self.device_type == DEVICE_CPU else "cuda:%d" % self.device_index
+
+    @property
+    def device_name(self):
+        buf = ctypes.create_string_buffer(256)
+        check(lib.dlt_ctx_device_name(self.handle, buf, len(buf)))
+        return buf.value.decode("utf-8", "replace")
+
+    def __repr__(self):
+        if self.closed:
+            return "<dltrain.Context closed>"
+        return "<dltrain.Context %s (%s)>" % (self.device, self.device_name)
+
+    def synchronize(self):
+        """Waits for the context's queued work; raises the fault that poisoned it, if any."""
+        check(lib.dlt_ctx_synchronize(self.handle))
+
+    def check(self):
+        """Raises the status that poisoned the context, if any."""
+        check(lib.dlt_ctx_check(self.handle))
+
+    # ---- random generator and numerics ------------------------------------------------
+    def set_seed(self, seed):
+        """Seeds the Philox generator and resets its offset (same values on every device)."""
+        check(lib.dlt_ctx_set_seed(self.handle, int(seed)))
+
+    manual_seed = set_seed
+
+    def get_seed(self):
+        """(seed, offset): the seed and how many counters were consumed since."""
+        s, o = ctypes.c_uint64(), ctypes.c_uint64()
+        check(lib.dlt_ctx_get_seed(self.handle, ctypes.byref(s), ctypes.byref(o)))
+        return s.value, o.value
+
+    def set_deterministic(self, on=True):
+        check(lib.dlt_ctx_set_deterministic(self.handle, 1 if on else 0))
+
+    def set_allow_tf32(self, on=True):
+        check(lib.dlt_ctx_set_allow_tf32(self.handle, 1 if on else 0))
+
+    # ---- memory --------------------------------------------------------------------------
+    def memory_stat(self, which):
+        """One DLT_MEM_* statistic: MEM_ALLOCATED, MEM_PEAK_ALLOCATED, MEM_RESERVED,
+        MEM_ALLOC_COUNT (or their names: "allocated", "peak", "reserved", "count")."""
+        if isinstance(which, str):
+            which = {"allocated": 0, "peak": 1, "peak_allocated": 1, "reserved": 2,
+                     "count": 3, "alloc_count": 3}[which]
+        v = ctypes.c_uint64()
+        check(lib.dlt_memory_stat(self.handle, which, ctypes.byref(v)))
+        return v.value
+
+    def memory_allocated(self):
+        return self.memory_stat(MEM_ALLOCATED)
+
+    def max_memory_allocated(self):
+        return self.memory_stat(MEM_PEAK_ALLOCATED)
+
+    def memory_reserved(self):
+        return self.memory_stat(MEM_RESERVED)
+
+    def memory_stats(self):
+        return {"allocated": self.memory_stat(0), "peak_allocated": self.memory_stat(1),
+                "reserved": self.memory_stat(2), "alloc_count": self.memory_stat(3)}
+
+    def reset_peak_memory_stats(self):
+        check(lib.dlt_memory_reset_peak(self.handle))
+
+    def empty_cache(self):
+        check(lib.dlt_empty_cache(self.handle))
+
+    # ---- testing hooks ---------------------------------------------------------------------
+    def testing_fail_alloc(self, n):
+        """Makes the n-th allocation from now fail (n <= 0: off)."""
+        check(lib.dlt_testing_fail_alloc(self.handle, int(n)))
+
+    def testing_alloc_count(self):
+        v = ctypes.c_int64()
+        check(lib.dlt_testing_alloc_count(self.handle, ctypes.byref(v)))
+        return v.value
+
+    # ---- grad mode and tape ---------------------------------------------------------------
+    @property
+    def grad_enabled(self):
+        return bool(lib.dlt_grad_is_enabled(self.handle))
+
+    def set_grad_enabled(self, enabled):
+        """Turns recording on or off; returns the previous setting."""
+        prev = ctypes.c_int32()
+        check(lib.dlt_grad_set_enabled(self.handle, 1 if enabled else 0, ctypes.byref(prev)))
+        return bool(prev.value)
+
+    def no_grad(self):
+        """Context manager: nothing is recorded inside (torch.no_grad)."""
+        from .autograd import no_grad
+        return no_grad(self)
+
+    def tape_live_nodes(self):
+        v = ctypes.c_int64()
+        check(lib.dlt_tape_live_nodes(self.handle, ctypes.byref(v)))
+        return v.value
+
+    def tape_clear(self):
+        check(lib.dlt_tape_clear(self.handle))
+
+    @property
+    def autocast_dtype(self):
+        """dtype in force inside an autocast region, or None."""
+        from .dtypes import dtype
+        d = int(lib.dlt_autocast_dtype(self.handle))
+        return None if d < 0 else dtype(d)
+
+    # ---- tensor factories (same as the module-level ones with ctx=self) ----------------
+    def empty(self, shape, dtype="f32", format=0):
+        from ._tensor import empty
+        return empty(shape, dtype, format, ctx=self)
+
+    def zeros(self, shape, dtype="f32", format=0):
+        from ._tensor import zeros
+        return zeros(shape, dtype, format, ctx=self)
+
+    def full(self, shape, value, dtype="f32", format=0):
+        from ._tensor import full
+        return full(shape, value, dtype, format, ctx=self)
+
+    def tensor(self, data, dtype=None, shape=None):
+        from ._tensor import tensor
+        return tensor(data, dtype, shape=shape, ctx=self)
+
+    def from_buffer(self, buf, shape, dtype="f32", format=0):
+        from ._tensor import from_buffer
+        return from_buffer(buf, shape, dtype, format, ctx=self)
+
+    def from_numpy(self, array, format=0):
+        from ._tensor import from_numpy
+        return from_numpy(array, format, ctx=self)
+
+    def rand(self, shape, dtype="f32", low=0.0, high=1.0, format=0):
+        from ._tensor import rand
+        return rand(shape, dtype, low, high, format, ctx=self)
+
+    def randn(self, shape, dtype="f32", mean=0.0, std=1.0, format=0):
+        from ._tensor import randn
+        return randn(shape, dtype, mean, std, format, ctx=self)
+
+    # ---- current context ----------------------------------------------------------------
+    def __enter__(self):
+        _state.stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        st = _state.stack()
+        if st and st[-1] is self:
+            st.pop()
+        return False
+
+
+class Event(Handle):
+    """A point in a context's queue of work (a CUDA event on the GPU, the host clock on the
+    CPU), for timing without synchronising every step:
+
+        start, end = dltrain.Event(ctx), dltrain.Event(ctx)
+        start.record(); run_steps(); end.record()
+        print(start.elapsed_ms(end))          # synchronises on end
+    """
+
+    __slots__ = ("__dict__",)
+    _destroy = staticmethod(lib.dlt_event_destroy)
+    _what = "event"
+
+    def __init__(self, ctx=None):
+        ctx = resolve(ctx)
+        out = ctypes.c_void_p()
+        check(lib.dlt_event_create(ctx.handle, ctypes.byref(out)))
+        Handle.__init__(self, out.value, (ctx,))
+        self.ctx = ctx
+
+    def record(self):
+        """Marks the current end of the context's queue (enqueued)."""
+        check(lib.dlt_event_record(self.handle))
+        return self
+
+    def elapsed_ms(self, end):
+        """Milliseconds from this event to `end` (both recorded). Synchronises."""
+        if not isinstance(end, Event):
+            raise TypeError("end must be an Event")
+        v = ctypes.c_double()
+        check(lib.dlt_event_elapsed_ms(self.handle, end.handle, ctypes.byref(v)))
+        return v.value
+
+    elapsed_time = elapsed_ms
+
+
+class _State(threading.local):
+    def __init__(self):
+        self._stack = []
+
+    def stack(self):
+        return self._stack
+
+
+_state = _State()
+_default = None
+_default_lock = threading.Lock()
+
+
+def set_default_context(ctx):
+    """Makes ctx the current context where no `with ctx:` block is open (None: back to a
+    lazily made CPU context)."""
+    global _default
+    if ctx is not None and not isinstance(ctx, Context):
+        raise TypeError("set_default_context takes a Context or None")
+    _default = ctx
+
+
+def current_context():
+    """The innermost `with ctx:` context of this thread, else the default context."""
+    global _default
+    st = _state.stack()
+    if st:
+        return st[-1]
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Context("cpu")
+    return _default
+
+
+def resolve(ctx):
+    if ctx is None:
+        return current_context()
+    if not isinstance(ctx, Context):
+        raise TypeError("ctx must be a dltrain.Context, got %s" % type(ctx).__name__)
+    return ctx

@@ -1,0 +1,317 @@
+/*
+ * cross_entropy.cu - CUDA cross-entropy (log-softmax + NLL, PyTorch's F.cross_entropy
+ * without weights or label smoothing) forward and backward, and the accuracy counter.
+ *
+ * logits [N,K] row-major in any float dtype, targets [N] int32 or int64. Math in fp32:
+ *   lse_i  = max_i + log(sum_j exp(x_ij - max_i))      (max-subtracted, one warp per row)
+ *   loss_i = lse_i - x_i,t_i                           (rows with t_i == ignore_index: none)
+ *   loss   = sum_i loss_i / count (mean) or sum_i loss_i (sum); count = non-ignored rows,
+ *            so a mean over no rows is 0/0 = NaN, as in PyTorch.
+ * saved (f32 [N+1]) receives lse_i for every row and then count; backward needs nothing
+ * else: dlogits_ij = g * (exp(x_ij - lse_i) - [j == t_i]), g = dloss / count (mean) or
+ * dloss (sum), and 0 on ignored rows. dloss and count are read on the device: no sync.
+ *
+ * Out-of-range targets (not ignore_index, outside [0, K)): the CPU backend reports an
+ * error, but checking here would need a device-to-host sync in every step. Instead such a
+ * row's loss is NaN (so the reduced loss is NaN and the scaler/user sees it) and its
+ * gradient row is NaN; the out-of-range logit is never read.
+ *
+ * Determinism: no floating-point atomics. Small problems run in one block whose warps own
+ * fixed rows and whose partial sums are added in a fixed order; large ones compute lse in
+ * a grid, then one block reduces the row losses in a fixed order.
+ *
+ * count_correct: argmax per row (first maximum; NaN counts as the maximum, first NaN
+ * wins, like torch.argmax) compared with the target, counted per block in shared memory
+ * and added to the int64 counter with one integer atomicAdd per block (exact, so the
+ * result does not depend on the order).
+ */
+#include <stdint.h>
+
+#include "common.cuh"
+#include "ops_cuda.h"
+
+using namespace dlt;
+
+namespace {
+
+/* Problems up to this many logits run the fused single-block forward. */
+#define CE_FUSED_MAX_ELEMS ((int64_t)1 << 16)
+
+__device__ __forceinline__ float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* log-sum-exp of one row, computed by a whole warp; every lane gets the result. */
+template <typename T>
+__device__ __forceinline__ float row_lse(const T *__restrict__ row, int64_t K, int lane) {
+    float m = -INFINITY;
+    for (int64_t j = lane; j < K; j += 32) m = nan_max(m, to_f<T>(row[j]));
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int64_t j = lane; j < K; j += 32) s += expf(to_f<T>(row[j]) - m);
+    s = warp_sum(s);
+    return m + logf(s);
+}
+
+/* Loss of row i given its lse; *counted = 1 unless the row is ignored. */
+template <typename T, typename I>
+__device__ __forceinline__ float row_loss(const T *__restrict__ x, const I *__restrict__ tg, int64_t i,
+                                          int64_t K, int64_t ignore, float lse, int *counted) {
+    const int64_t t = (int64_t)tg[i];
+    if (t == ignore) {
+        *counted = 0;
+        return 0.0f;
+    }
+    *counted = 1;
+    if (t < 0 || t >= K) return NAN; /* see the file comment */
+    return lse - to_f<T>(x[i * K + t]);
+}
+
+/* Single block: warps own rows warp, warp + nwarps, ...; per-warp partials are added in
+ * warp order by thread 0. */
+template <typename T, typename I>
+__global__ void ce_fwd_fused_kernel(float *__restrict__ loss, float *__restrict__ saved,
+                                    const T *__restrict__ x, const I *__restrict__ tg, int64_t N,
+                                    int64_t K, int64_t ignore, int reduction) {
+    __shared__ float wsum[32];
+    __shared__ long long wcnt[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float acc = 0.0f;
+    long long cnt = 0;
+    for (int64_t i = warp; i < N; i += nw) {
+        const float lse = row_lse<T>(x + i * K, K, lane);
+        if (lane == 0) {
+            int counted;
+            saved[i] = lse;
+            acc += row_loss<T, I>(x, tg, i, K, ignore, lse, &counted);
+            cnt += counted;
+        }
+    }
+    if (lane == 0) {
+        wsum[warp] = acc;
+        wcnt[warp] = cnt;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        long long c = 0;
+        for (int w = 0; w < nw; w++) {
+            s += wsum[w];
+            c += wcnt[w];
+        }
+        saved[N] = (float)c;
+        loss[0] = reduction == DLT_REDUCTION_MEAN ? s / (float)c : s;
+    }
+}
+
+/* Grid: one warp per row (grid-stride), lse only. */
+template <typename T>
+__global__ void ce_lse_kernel(float *__restrict__ saved, const T *__restrict__ x, int64_t N, int64_t K) {
+    const int lane = threadIdx.x & 31;
+    const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t i = first; i < N; i += step) {
+        const float lse = row_lse<T>(x + i * K, K, lane);
+        if (lane == 0) saved[i] = lse;
+    }
+}
+
+/* One block of 1024 threads: thread t takes rows t, t + 1024, ...; then a fixed tree. */
+template <typename T, typename I>
+__global__ void ce_reduce_kernel(float *__restrict__ loss, float *__restrict__ saved,
+                                 const T *__restrict__ x, const I *__restrict__ tg, int64_t N,
+                                 int64_t K, int64_t ignore, int reduction) {
+    __shared__ float wsum[32];
+    __shared__ long long wcnt[32];
+    float acc = 0.0f;
+    long long cnt = 0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+        int counted;
+        acc += row_loss<T, I>(x, tg, i, K, ignore, saved[i], &counted);
+        cnt += counted;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        acc += __shfl_down_sync(0xffffffffu, acc, o);
+        cnt += __shfl_down_sync(0xffffffffu, cnt, o);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        wsum[warp] = acc;
+        wcnt[warp] = cnt;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        long long c = 0;
+        for (int w = 0; w < nw; w++) {
+            s += wsum[w];
+            c += wcnt[w];
+        }
+        saved[N] = (float)c;
+        loss[0] = reduction == DLT_REDUCTION_MEAN ? s / (float)c : s;
+    }
+}
+
+template <typename T, typename D, typename I, typename Ix>
+__global__ void ce_bwd_kernel(D *__restrict__ dx, const T *__restrict__ x, const I *__restrict__ tg,
+                              const float *__restrict__ saved, const float *__restrict__ dloss,
+                              Ix N, Ix K, int64_t ignore, int reduction) {
+    float g = dloss[0];
+    if (reduction == DLT_REDUCTION_MEAN) g /= saved[N];
+    const Ix total = N * K;
+    for (Ix idx = (Ix)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Ix)gridDim.x * blockDim.x) {
+        const Ix i = idx / K, j = idx - i * K;
+        const int64_t t = (int64_t)tg[i];
+        float out;
+        if (t == ignore)
+            out = 0.0f;
+        else if (t < 0 || t >= (int64_t)K)
+            out = NAN;
+        else
+            out = g * (expf(to_f<T>(x[idx]) - saved[i]) - ((int64_t)j == t ? 1.0f : 0.0f));
+        dx[idx] = from_f<D>(out);
+    }
+}
+
+/* Warp-level argmax; (v, i) pairs with i < 0 meaning "no element". */
+__device__ __forceinline__ void argmax_take(float &bv, int64_t &bi, float v, int64_t i) {
+    bool take;
+    if (i < 0) take = false;
+    else if (bi < 0) take = true;
+    else if (bv != bv || v != v) take = (v != v) && (bv == bv || i < bi);
+    else take = v > bv || (v == bv && i < bi);
+    if (take) {
+        bv = v;
+        bi = i;
+    }
+}
+
+template <typename T, typename I>
+__global__ void count_correct_kernel(unsigned long long *__restrict__ correct, const T *__restrict__ x,
+                                     const I *__restrict__ tg, int64_t N, int64_t K) {
+    __shared__ unsigned int block_count;
+    if (threadIdx.x == 0) block_count = 0;
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t i = first; i < N; i += step) {
+        const T *row = x + i * K;
+        float bv = -INFINITY;
+        int64_t bi = -1;
+        for (int64_t j = lane; j < K; j += 32) argmax_take(bv, bi, to_f<T>(row[j]), j);
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            argmax_take(bv, bi, ov, oi);
+        }
+        if (lane == 0 && bi == (int64_t)tg[i]) atomicAdd(&block_count, 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && block_count) atomicAdd(correct, (unsigned long long)block_count);
+}
+
+template <typename T, typename I>
+dlt_status launch_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
+                      const dlt_tensor *targets, int64_t ignore, int32_t reduction) {
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    cudaStream_t st = dlt__stream(ctx);
+    float *l = (float *)dlt__data(loss), *sv = (float *)dlt__data(saved);
+    const T *x = (const T *)dlt__data(logits);
+    const I *tg = (const I *)dlt__data(targets);
+    if (N * K <= CE_FUSED_MAX_ELEMS) {
+        ce_fwd_fused_kernel<T, I><<<1, 1024, 0, st>>>(l, sv, x, tg, N, K, ignore, reduction);
+    } else {
+        ce_lse_kernel<T><<<grid_for(N * 32, 256), 256, 0, st>>>(sv, x, N, K);
+        DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy");
+        ce_reduce_kernel<T, I><<<1, 1024, 0, st>>>(l, sv, x, tg, N, K, ignore, reduction);
+    }
+    DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy");
+    return DLT_OK;
+}
+
+template <typename T, typename D, typename I>
+dlt_status launch_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss, const dlt_tensor *logits,
+                      const dlt_tensor *targets, const dlt_tensor *saved, int64_t ignore, int32_t reduction) {
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    cudaStream_t st = dlt__stream(ctx);
+    D *dx = (D *)dlt__data(dlogits);
+    const T *x = (const T *)dlt__data(logits);
+    const I *tg = (const I *)dlt__data(targets);
+    const float *sv = (const float *)dlt__data(saved), *dl = (const float *)dlt__data(dloss);
+    if (N * K < ((int64_t)1 << 30)) /* 32-bit index math (64-bit division is slow) */
+        ce_bwd_kernel<T, D, I, uint32_t><<<grid_for(N * K, 256), 256, 0, st>>>(
+            dx, x, tg, sv, dl, (uint32_t)N, (uint32_t)K, ignore, reduction);
+    else
+        ce_bwd_kernel<T, D, I, int64_t><<<grid_for(N * K, 256), 256, 0, st>>>(dx, x, tg, sv, dl, N, K,
+                                                                              ignore, reduction);
+    DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy_backward");
+    return DLT_OK;
+}
+
+template <typename T, typename I>
+dlt_status launch_count(dlt_ctx *ctx, void *correct, const dlt_tensor *logits, const dlt_tensor *targets) {
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    int64_t blocks = (N + 7) / 8; /* 8 warps (rows) per block */
+    const int64_t cap = (int64_t)dlt__cu(ctx)->sm_count * 16;
+    if (cap > 0 && blocks > cap) blocks = cap;
+    count_correct_kernel<T, I><<<(unsigned)blocks, 256, 0, dlt__stream(ctx)>>>(
+        (unsigned long long *)correct, (const T *)dlt__data(logits), (const I *)dlt__data(targets), N, K);
+    DLT_CU_LAUNCHED(ctx, "dlt_count_correct");
+    return DLT_OK;
+}
+
+dlt_status bad_targets(const dlt_tensor *targets, const char *F) {
+    return dlt__err(DLT_ERR_DTYPE, F, "targets must be i32 or i64, got %s", dlt_dtype_name(targets->dtype));
+}
+
+} // namespace
+
+extern "C" {
+
+dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
+                            const dlt_tensor *targets, int64_t ignore_index, int32_t reduction) {
+    if (targets->dtype == DLT_I32) {
+        DLT_DISPATCH_FLOAT(logits->dtype, T,
+            return launch_fwd<T, int32_t>(ctx, loss, saved, logits, targets, ignore_index, reduction));
+    } else if (targets->dtype == DLT_I64) {
+        DLT_DISPATCH_FLOAT(logits->dtype, T,
+            return launch_fwd<T, int64_t>(ctx, loss, saved, logits, targets, ignore_index, reduction));
+    }
+    return bad_targets(targets, "dlt_cross_entropy");
+}
+
+dlt_status dlt__cuda_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
+                            const dlt_tensor *logits, const dlt_tensor *targets, const dlt_tensor *saved,
+                            int64_t ignore_index, int32_t reduction) {
+    if (targets->dtype == DLT_I32) {
+        DLT_DISPATCH_FLOAT(logits->dtype, T, DLT_DISPATCH_FLOAT(dlogits->dtype, D,
+            return launch_bwd<T, D, int32_t>(ctx, dlogits, dloss, logits, targets, saved, ignore_index,
+                                             reduction)));
+    } else if (targets->dtype == DLT_I64) {
+        DLT_DISPATCH_FLOAT(logits->dtype, T, DLT_DISPATCH_FLOAT(dlogits->dtype, D,
+            return launch_bwd<T, D, int64_t>(ctx, dlogits, dloss, logits, targets, saved, ignore_index,
+                                             reduction)));
+    }
+    return bad_targets(targets, "dlt_cross_entropy_backward");
+}
+
+dlt_status dlt__cuda_count_correct(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
+                                   const dlt_tensor *targets) {
+    if (targets->dtype == DLT_I32) {
+        DLT_DISPATCH_FLOAT(logits->dtype, T, return launch_count<T, int32_t>(ctx, correct, logits, targets));
+    } else if (targets->dtype == DLT_I64) {
+        DLT_DISPATCH_FLOAT(logits->dtype, T, return launch_count<T, int64_t>(ctx, correct, logits, targets));
+    }
+    return bad_targets(targets, "dlt_count_correct");
+}
+
+} // extern "C"

@@ -1,0 +1,206 @@
+/*
+ * report.c - progress bar, per-epoch lines, the closing comparison table and the JSON
+ * summary of the training examples. GPU columns come from dlt_gpu_monitor (NVML loaded at
+ * run time and sampled in a background thread); without NVML they read "n/a".
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dltrain.h>
+#include <dltrain/device.h>
+
+#include "report.h"
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void report_init(report_run *r) {
+    memset(r, 0, sizeof *r);
+    r->first_step_s = -1;
+    r->tty = isatty(STDERR_FILENO);
+}
+
+void report_fini(report_run *r) {
+    dlt_gpu_monitor_destroy((dlt_gpu_monitor *)r->monitor);
+    r->monitor = NULL;
+}
+
+void report_monitor_start(report_run *r, int32_t device_index) {
+    if (device_index < 0 || r->monitor) return;
+    dlt_gpu_monitor *m = NULL;
+    if (dlt_gpu_monitor_start(device_index, 200, &m) == DLT_OK) r->monitor = m;
+}
+
+void report_monitor_stop(report_run *r) {
+    if (r->monitor) (void)dlt_gpu_monitor_stop((dlt_gpu_monitor *)r->monitor);
+}
+
+void report_progress(report_run *r, int64_t epoch, int64_t step, int64_t steps_per_epoch) {
+    if (!r->tty || steps_per_epoch <= 0) return;
+    double t = mono_s();
+    if (step < steps_per_epoch && t - r->last_draw < 0.1) return;
+    r->last_draw = t;
+    const int width = 30;
+    int filled = (int)(width * step / steps_per_epoch);
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r[%s] epoch %lld  %lld/%lld", bar, (long long)epoch, (long long)step,
+            (long long)steps_per_epoch);
+    fflush(stderr);
+}
+
+void report_progress_clear(report_run *r) {
+    if (!r->tty || r->last_draw == 0) return;
+    fprintf(stderr, "\r%60s\r", "");
+    fflush(stderr);
+    r->last_draw = 0;
+}
+
+void report_epoch(report_run *r, int64_t epoch, int64_t steps, int64_t steps_per_epoch, int64_t images,
+                  double seconds, uint64_t peak_bytes, double test_acc) {
+    printf("epoch %lld: %lld steps in %.2f s, %.0f images/s, peak memory %.1f MiB", (long long)epoch,
+           (long long)steps, seconds, images / seconds, peak_bytes / 1048576.0);
+    if (test_acc >= 0) printf(", test accuracy %.2f%%", 100.0 * test_acc);
+    printf("\n");
+    fflush(stdout);
+    if (r->n_ep >= REPORT_MAX_EPOCHS) return;
+    report_epoch_rec *e = &r->ep[r->n_ep++];
+    e->epoch = epoch;
+    e->steps = steps;
+    e->steps_per_epoch = steps_per_epoch;
+    e->images = images;
+    e->seconds = seconds;
+    e->peak_bytes = peak_bytes;
+    e->test_acc = test_acc;
+}
+
+/* Epoch time: the mean of the full epochs after the first (which includes plan building and
+ * warm-up); with a single or partial epoch, the per-step time scaled to a full epoch. */
+static void summarise(const report_run *r, double *epoch_s, int *estimated, double *img_s,
+                      uint64_t *peak, double *acc) {
+    double t = 0, imgs = 0;
+    int n = 0;
+    *peak = 0;
+    *acc = -1;
+    for (int i = 0; i < r->n_ep; i++) {
+        if (r->ep[i].peak_bytes > *peak) *peak = r->ep[i].peak_bytes;
+        if (r->ep[i].test_acc >= 0) *acc = r->ep[i].test_acc;
+    }
+    for (int i = 1; i < r->n_ep; i++)
+        if (r->ep[i].steps == r->ep[i].steps_per_epoch) {
+            t += r->ep[i].seconds;
+            imgs += r->ep[i].images;
+            n++;
+        }
+    *estimated = 0;
+    if (n > 0) {
+        *epoch_s = t / n;
+        *img_s = imgs / t;
+        return;
+    }
+    if (r->n_ep == 0) {
+        *epoch_s = *img_s = NAN;
+        return;
+    }
+    const report_epoch_rec *e = &r->ep[r->n_ep - 1];
+    *img_s = e->images / e->seconds;
+    *epoch_s = e->seconds / e->steps * e->steps_per_epoch;
+    *estimated = e->steps != e->steps_per_epoch;
+}
+
+static void mon_fmt(const report_run *r, int32_t key, const char *fmt, char *buf, size_t n) {
+    double v;
+    if (r->monitor && dlt_gpu_monitor_double((const dlt_gpu_monitor *)r->monitor, key, &v) == DLT_OK)
+        snprintf(buf, n, fmt, v);
+    else
+        snprintf(buf, n, "n/a");
+}
+
+static const char *throttle_str(const report_run *r) {
+    int64_t avail = 0, th = 0, pw = 0;
+    const dlt_gpu_monitor *m = (const dlt_gpu_monitor *)r->monitor;
+    if (!m || dlt_gpu_monitor_int(m, DLT_GPUMON_AVAILABLE, &avail) != DLT_OK || !avail) return "n/a";
+    if (dlt_gpu_monitor_int(m, DLT_GPUMON_THERMAL_THROTTLE, &th) != DLT_OK) th = -1;
+    if (dlt_gpu_monitor_int(m, DLT_GPUMON_POWER_THROTTLE, &pw) != DLT_OK) pw = -1;
+    if (th < 0 && pw < 0) return "n/a";
+    if (th > 0 && pw > 0) return "thermal+power";
+    if (th > 0) return "thermal";
+    if (pw > 0) return "power";
+    return "no";
+}
+
+void report_table(const report_run *r, const char *model, const char *device, int64_t batch, int32_t amp,
+                  int64_t accum, int on_gpu) {
+    double epoch_s, img_s, acc;
+    int est;
+    uint64_t peak;
+    summarise(r, &epoch_s, &est, &img_s, &peak, &acc);
+    char util[32], temp_m[32], temp_x[32], clk[32], pw[32], ep[48];
+    mon_fmt(r, DLT_GPUMON_GPU_UTIL_MEAN, "%.0f", util, sizeof util);
+    mon_fmt(r, DLT_GPUMON_TEMP_MEAN_C, "%.0f", temp_m, sizeof temp_m);
+    mon_fmt(r, DLT_GPUMON_TEMP_MAX_C, "%.0f", temp_x, sizeof temp_x);
+    mon_fmt(r, DLT_GPUMON_SM_CLOCK_MEAN_MHZ, "%.0f", clk, sizeof clk);
+    mon_fmt(r, DLT_GPUMON_POWER_MEAN_W, "%.0f", pw, sizeof pw);
+    snprintf(ep, sizeof ep, "%.2f%s", epoch_s, est ? " (est.)" : "");
+    char mem[32];
+    snprintf(mem, sizeof mem, "%.0f", peak / 1048576.0);
+    char prec[48];
+    snprintf(prec, sizeof prec, "%s, batch %lld%s", amp == DLT_F16 ? "fp16+scaler" : amp == DLT_BF16 ? "bf16" : "fp32",
+             (long long)batch, accum > 1 ? ", accum" : "");
+    if (accum > 1) snprintf(prec + strlen(prec), sizeof prec - strlen(prec), " %lld", (long long)accum);
+    printf("\n| %-9s | %-22s | %-26s | %-14s | %-8s | %-13s | %-14s | %-9s | %-14s | %-9s | %-9s |\n",
+           "model", "GPU", "precision", "epoch time (s)", "images/s", "GPU util (%)", "peak mem (MiB)",
+           "temp (C)", "temp max (C)", "SM MHz", "throttled");
+    printf("|-----------|------------------------|----------------------------|----------------|----------|"
+           "---------------|----------------|-----------|----------------|-----------|-----------|\n");
+    printf("| %-9s | %-22.22s | %-26s | %-14s | %-8.0f | %-13s | %-14s | %-9s | %-14s | %-9s | %-9s |\n", model,
+           device, prec, ep, img_s, on_gpu ? util : "n/a", mem, on_gpu ? temp_m : "n/a", on_gpu ? temp_x : "n/a",
+           on_gpu ? clk : "n/a", on_gpu ? throttle_str(r) : "n/a");
+    printf("first step after start: %.2f s; mean board power: %s W", r->first_step_s, on_gpu ? pw : "n/a");
+    if (acc >= 0) printf("; last test accuracy: %.2f%%", 100 * acc);
+    printf("\n");
+    fflush(stdout);
+}
+
+static void json_num(const char *key, double v, int comma) {
+    if (isfinite(v))
+        printf("\"%s\": %.6g%s", key, v, comma ? ", " : "");
+    else
+        printf("\"%s\": null%s", key, comma ? ", " : "");
+}
+
+void report_json(const report_run *r, const char *model, const char *device, int64_t batch, int32_t amp,
+                 int64_t accum) {
+    double epoch_s, img_s, acc, v;
+    int est;
+    uint64_t peak;
+    summarise(r, &epoch_s, &est, &img_s, &peak, &acc);
+    printf("{\"model\": \"%s\", \"device\": \"%s\", \"batch\": %lld, \"amp\": \"%s\", \"accum\": %lld, ", model,
+           device, (long long)batch, amp == DLT_F16 ? "fp16" : amp == DLT_BF16 ? "bf16" : "off", (long long)accum);
+    json_num("epoch_s", epoch_s, 1);
+    printf("\"epoch_s_estimated\": %s, ", est ? "true" : "false");
+    json_num("images_per_s", img_s, 1);
+    json_num("peak_mib", peak / 1048576.0, 1);
+    json_num("first_step_s", r->first_step_s, 1);
+    json_num("test_accuracy", acc >= 0 ? acc : NAN, 1);
+    const int32_t keys[] = {DLT_GPUMON_GPU_UTIL_MEAN, DLT_GPUMON_TEMP_MEAN_C, DLT_GPUMON_TEMP_MAX_C,
+                            DLT_GPUMON_SM_CLOCK_MEAN_MHZ, DLT_GPUMON_POWER_MEAN_W};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (!(r->monitor && dlt_gpu_monitor_double((const dlt_gpu_monitor *)r->monitor, keys[i], &v) == DLT_OK))
+            v = NAN;
+        json_num(dlt_gpu_monitor_key_name(keys[i]), v, 1);
+    }
+    printf("\"throttled\": \"%s\", \"epochs\": [", throttle_str(r));
+    for (int i = 0; i < r->n_ep; i++)
+        printf("%s{\"epoch\": %lld, \"steps\": %lld, \"seconds\": %.4f, \"images\": %lld}", i ? ", " : "",
+               (long long)r->ep[i].epoch, (long long)r->ep[i].steps, r->ep[i].seconds, (long long)r->ep[i].images);
+    printf("]}\n");
+    fflush(stdout);
+}

@@ -1,0 +1,100 @@
+/*
+ * graph.c - whole-step graphs: warm up a user's step eagerly, capture one call into a CUDA
+ * graph, replay it. Falls back to calling the step eagerly (with a logged reason) when the
+ * backend cannot capture (CPU) or capture fails (an op that synchronises, an allocation that
+ * must grow during capture, a library call that cannot be captured).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+struct dlt_graph {
+    dlt_ctx *ctx;
+    dlt_step_fn step;
+    void *user;
+    void *exec; /* backend executable graph, NULL in eager fallback */
+    int64_t n_nodes;
+};
+
+dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t warmup, dlt_graph **out) {
+    static const char *F = "dlt_graph_create";
+    DLT_NULL_CHECK(ctx, F);
+    DLT_NULL_CHECK(step, F);
+    DLT_NULL_CHECK(out, F);
+    if (warmup < 0 || warmup > 1000)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "warmup %d must be in 0..1000", warmup);
+    DLT_CHECK(dlt__ctx_ok(ctx, F));
+    if (ctx->capturing) return dlt__err(DLT_ERR_INVALID_STATE, F, "graphs cannot be captured inside a capture");
+    dlt_graph *g = dlt__host_calloc(ctx, 1, sizeof *g);
+    if (!g) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the graph object");
+    g->ctx = ctx;
+    g->step = step;
+    g->user = user;
+    for (int32_t i = 0; i < warmup; i++) {
+        dlt_status st = step(user);
+        if (st != DLT_OK) {
+            free(g);
+            return dlt__err_wrap(st, F);
+        }
+    }
+    if (!ctx->be->capture_begin) {
+        dlt__log(DLT_LOG_WARNING, "%s: the %s backend has no graphs; the step runs eagerly", F, ctx->be->name);
+        *out = g;
+        return DLT_OK;
+    }
+    /* Nothing enqueued before the capture may still be running into it: finish warm-up. */
+    dlt_status st = ctx->be->synchronize(ctx);
+    if (st != DLT_OK) {
+        free(g);
+        return dlt__err_wrap(st, F);
+    }
+    st = ctx->be->capture_begin(ctx);
+    if (st != DLT_OK) {
+        dlt__log(DLT_LOG_WARNING, "%s: capture could not start (%s); the step runs eagerly", F, dlt_last_error());
+        *out = g;
+        return DLT_OK;
+    }
+    ctx->capturing = 1;
+    dlt_status step_st = step(user);
+    ctx->capturing = 0;
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", step_st == DLT_OK ? "" : dlt_last_error());
+    st = ctx->be->capture_end(ctx, step_st == DLT_OK, &g->exec, &g->n_nodes);
+    if (step_st == DLT_OK && st == DLT_OK) {
+        *out = g;
+        return DLT_OK;
+    }
+    /* The captured call did not run: the step's work for that call is lost, which is the
+     * same as not having called it. Fall back to eager replays. */
+    g->exec = NULL;
+    g->n_nodes = 0;
+    dlt__log(DLT_LOG_WARNING, "%s: capture failed (%s); the step runs eagerly", F,
+             step_st != DLT_OK ? reason : dlt_last_error());
+    if (ctx->poisoned != DLT_OK) {
+        free(g);
+        return dlt__ctx_ok(ctx, F);
+    }
+    *out = g;
+    return DLT_OK;
+}
+
+dlt_status dlt_graph_run(dlt_graph *g) {
+    static const char *F = "dlt_graph_run";
+    DLT_NULL_CHECK(g, F);
+    DLT_CHECK(dlt__ctx_ok(g->ctx, F));
+    if (!g->exec) {
+        dlt_status st = g->step(g->user);
+        return st == DLT_OK ? st : dlt__err_wrap(st, F);
+    }
+    return g->ctx->be->graph_launch(g->ctx, g->exec);
+}
+
+int32_t dlt_graph_is_captured(const dlt_graph *g) { return g && g->exec ? 1 : 0; }
+int64_t dlt_graph_num_nodes(const dlt_graph *g) { return g ? g->n_nodes : 0; }
+
+void dlt_graph_destroy(dlt_graph *g) {
+    if (!g) return;
+    if (g->exec) g->ctx->be->graph_free(g->ctx, g->exec);
+    free(g);
+}

@@ -1,0 +1,115 @@
+/*
+ * cross_entropy.c - CPU cross-entropy over logits [N,K] with integer class targets, and the
+ * accuracy counter (count_correct).
+ *
+ * Forward (PyTorch's F.cross_entropy with weight=None, label_smoothing=0):
+ *   lse_i = m_i + log(sum_k exp(x_ik - m_i)), m_i = max_k x_ik   (in double)
+ *   loss  = sum over non-ignored rows of (lse_i - x_i,t_i), divided by their count for
+ *           reduction 0 (mean; 0/0 = NaN when every row is ignored, as PyTorch) or not (1, sum).
+ * saved [N+1] f32 receives lse_i for every row and then the count, for the backward.
+ * A target outside [0,K) that is not ignore_index fails with DLT_ERR_INVALID_ARGUMENT before
+ * anything is written.
+ * Backward: dlogits_ik = (exp(x_ik - lse_i) - [k == t_i]) * dloss / count (mean) or * dloss
+ * (sum); rows with an ignored target get zeros.
+ *
+ * logits are contiguous, any float dtype (loaded as fp32); targets are i32 or i64; loss,
+ * dloss are one f32 element.
+ */
+#include <math.h>
+
+#include "ops_cpu.h"
+
+#define CE_FN "dlt_cross_entropy"
+
+static inline int64_t target_at(const dlt_tensor *t, int64_t i) {
+    const void *p = dlt__data(t);
+    return t->dtype == DLT_I64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+dlt_status dlt__cpu_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved,
+                           const dlt_tensor *logits, const dlt_tensor *targets,
+                           int64_t ignore_index, int32_t reduction) {
+    (void)ctx;
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    const void *px = dlt__data(logits);
+    const int32_t dt = logits->dtype;
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t t = target_at(targets, i);
+        if (t != ignore_index && (t < 0 || t >= K))
+            return dlt__err(DLT_ERR_INVALID_ARGUMENT, CE_FN,
+                            "target %lld of row %lld is outside [0, %lld) and is not "
+                            "ignore_index (%lld)",
+                            (long long)t, (long long)i, (long long)K, (long long)ignore_index);
+    }
+    float *sv = dlt__data(saved);
+    double total = 0.0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t base = i * K;
+        double m = -INFINITY;
+        for (int64_t k = 0; k < K; k++) {
+            const double v = dlt__ld(px, dt, base + k);
+            if (v > m) m = v;
+        }
+        double s = 0.0;
+        for (int64_t k = 0; k < K; k++) s += exp((double)dlt__ld(px, dt, base + k) - m);
+        const double lse = m + log(s);
+        sv[i] = (float)lse;
+        const int64_t t = target_at(targets, i);
+        if (t == ignore_index) continue;
+        total += lse - (double)dlt__ld(px, dt, base + t);
+        count++;
+    }
+    sv[N] = (float)count;
+    const double r = reduction == DLT_REDUCTION_SUM ? total : total / (double)count;
+    ((float *)dlt__data(loss))[0] = (float)r;
+    return DLT_OK;
+}
+
+dlt_status dlt__cpu_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
+                           const dlt_tensor *logits, const dlt_tensor *targets,
+                           const dlt_tensor *saved, int64_t ignore_index, int32_t reduction) {
+    (void)ctx;
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    const void *px = dlt__data(logits);
+    void *pd = dlt__data(dlogits);
+    const float *sv = dlt__data(saved);
+    const double g = (double)((const float *)dlt__data(dloss))[0];
+    const double scale = reduction == DLT_REDUCTION_SUM ? g : g / (double)sv[N];
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t base = i * K, t = target_at(targets, i);
+        if (t == ignore_index) {
+            for (int64_t k = 0; k < K; k++) dlt__st(pd, dlogits->dtype, base + k, 0.0f);
+            continue;
+        }
+        const double lse = sv[i];
+        for (int64_t k = 0; k < K; k++) {
+            const double p = exp((double)dlt__ld(px, logits->dtype, base + k) - lse);
+            dlt__st(pd, dlogits->dtype, base + k, (float)((p - (k == t ? 1.0 : 0.0)) * scale));
+        }
+    }
+    return DLT_OK;
+}
+
+dlt_status dlt__cpu_count_correct(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
+                                  const dlt_tensor *targets) {
+    (void)ctx;
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    const void *px = dlt__data(logits);
+    int64_t hits = 0;
+    for (int64_t i = 0; i < N; i++) {
+        /* first maximum wins; NaN counts as the maximum (torch.argmax) */
+        int64_t best = 0;
+        float bv = dlt__ld(px, logits->dtype, i * K);
+        for (int64_t k = 1; k < K && bv == bv; k++) {
+            const float v = dlt__ld(px, logits->dtype, i * K + k);
+            if (v > bv || v != v) {
+                bv = v;
+                best = k;
+            }
+        }
+        if (best == target_at(targets, i)) hits++;
+    }
+    *(int64_t *)correct += hits;
+    return DLT_OK;
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# scripts/device/gpu_check.sh - one call on a lent GPU machine: build with CUDA, run the
+# suite (CUDA tests included), compute-sanitizer memcheck over the CUDA test programs, the
+# ResNet50 example, and the PyTorch-side scripts; logs under $OUT, a short table at the end.
+#
+#   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
+#   env:   STAGES="build test memcheck example fixtures interop" (default: all)
+#          MEMCHECK_TESTS="cuda_tensor cuda_optim ..."   TEST_TIMEOUT=...
+set -u
+# Logs go to a scratch folder and come back as one archive (the tool returns few files).
+FINAL_OUT=${OUT:-/tmp/out}
+OUT=/tmp/gpulogs
+rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
+. scripts/device/env.sh
+STAGES=${STAGES:-"build test memcheck example fixtures interop"}
+has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+export DLT_CIFAR10_DIR=$(pwd)/.device/cifar10
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+t0=$(date +%s)
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  nvcc --version | tail -1
+  meson --version
+  for h in /usr/include/x86_64-linux-gnu/cudnn_version.h /usr/include/cudnn_version.h /usr/local/cuda/include/cudnn_version.h; do
+    [ -f "$h" ] && echo "$h: $(grep -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' "$h" | awk '{print $3}' | tr '\n' '.')"
+  done
+  python3 -c 'import torch; print("torch", torch.__version__, torch.backends.cudnn.version())' 2>/dev/null
+} 2>&1 | tee "$OUT/env.txt"
+
+if has build; then
+  rm -rf build-gpu
+  if meson setup build-gpu -Dcuda=enabled -Dwerror=false >"$OUT/setup.log" 2>&1 &&
+     ninja -C build-gpu -j16 >"$OUT/build.log" 2>&1; then
+    note "build: ok ($(( $(date +%s) - t0 )) s)"
+  else
+    tail -40 "$OUT/setup.log" "$OUT/build.log"; note "build: FAILED"
+    printf '%s\n' "${summary[@]}"; tar czf "$FINAL_OUT/logs.tgz" -C "$OUT" .; exit 1
+  fi
+fi
+
+if has test; then
+  t=$(date +%s)
+  meson test -C build-gpu --num-processes 4 --timeout-multiplier ${TEST_TIMEOUT_MULT:-1} \
+    --print-errorlogs >"$OUT/test.log" 2>&1
+  cp build-gpu/meson-logs/testlog.txt "$OUT/testlog.txt" 2>/dev/null
+  grep -E '^ *[0-9]+/[0-9]+ ' "$OUT/test.log" | sed 's/^ *//' > "$OUT/test-summary.txt"
+  python3 - build-gpu <<'PY' | tee "$OUT/counts.txt"
+import json, re, sys
+p=f=s=0
+for line in open(sys.argv[1]+"/meson-logs/testlog.json"):
+    r=json.loads(line)
+    for l in (r.get("stdout") or "").splitlines():
+        m=re.match(r"^(not ok|ok)\b.*?(#\s*SKIP.*)?$", l)
+        if not m: continue
+        if m.group(1)=="not ok": f+=1; print("FAILED", r["name"], l)
+        elif m.group(2): s+=1
+        else: p+=1
+print(f"{p} passed, {f} failed, {s} skipped")
+PY
+  note "tests: $(tail -1 "$OUT/counts.txt") ($(( $(date +%s) - t )) s)"
+fi
+
+if has memcheck; then
+  t=$(date +%s)
+  for tname in ${MEMCHECK_TESTS:-cuda_tensor cuda_ops cuda_optim cuda_data cuda_conv_bn cuda_nn}; do
+    [ -x build-gpu/tests/$tname ] || continue
+    timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 \
+      build-gpu/tests/$tname >"$OUT/memcheck-$tname.log" 2>&1
+    rc=$?
+    note "memcheck $tname: rc=$rc, $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-$tname.log" | tail -1)"
+  done
+  note "memcheck time: $(( $(date +%s) - t )) s"
+fi
+
+if has example; then
+  ./build-gpu/examples/gpu_report --quick >"$OUT/gpu_report.txt" 2>&1; note "gpu_report rc=$?"
+  ./build-gpu/examples/resnet50_cifar10 --steps ${EX_STEPS:-60} --epochs 1 --log-every 20 >"$OUT/example.txt" 2>&1
+  note "resnet50_cifar10 synthetic rc=$?: $(grep -E '^epoch 0' "$OUT/example.txt" | head -1)"
+fi
+
+if has fixtures && [ -f tests/fixtures/gen_resnet_fixture.py ]; then
+  (cd tests/fixtures && python3 gen_resnet_fixture.py) >"$OUT/fixtures.log" 2>&1
+  note "fixtures rc=$?"
+  mkdir -p "$OUT/fixtures"; cp tests/fixtures/*.txt "$OUT/fixtures/" 2>/dev/null
+fi
+
+if has interop && [ -f tests/interop/torch_interop.py ]; then
+  timeout 300 python3 tests/interop/torch_interop.py --exe build-gpu/tests/resnet_io >"$OUT/interop.log" 2>&1
+  note "interop rc=$?: $(tail -3 "$OUT/interop.log" | tr '\n' ' ')"
+fi
+
+echo; echo "==== summary ($(( $(date +%s) - t0 )) s) ===="
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+tar czf "$FINAL_OUT/logs.tgz" -C "$OUT" .

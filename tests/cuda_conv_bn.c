@@ -1,0 +1,551 @@
+/*
+ * cuda_conv_bn.c - the CUDA conv2d and BatchNorm kernels (cuDNN graph API and our own
+ * kernels) against the CPU backend, through the public ops (dlt_conv2d, dlt_batch_norm2d,
+ * dlt_batch_norm2d_act) and dlt_backward.
+ *
+ * Every case builds the same random tensors on a CPU and a CUDA context (made on the CPU,
+ * copied with dlt_tensor_to_ctx), runs forward and backward on both, and compares outputs,
+ * running statistics and leaf gradients by relative norm error: fp32 1e-5 (TF32 off, the
+ * default), fp16/bf16 1e-2. Each case then
+ *   - fills the CUDA gradients with NaN and zero-grads with set_to_none, so the next
+ *     backward must overwrite them (beta = 0 never reads the destination), and compares;
+ *   - runs forward/backward again without zero-grad, so parameter gradients accumulate
+ *     (conv2d_bwd_filter/bias and bn dgamma/dbeta with beta = 1), and compares.
+ * Before each CUDA op, blocks of the context's memory pool are filled with 0xFF (NaN in
+ * every float dtype) and released, so outputs allocated from them start as NaN.
+ *
+ * Groups of cases (one CUDA context each; the settings are read from the environment when
+ * the context's plan cache is created, see cuda/cudnn_graph.h):
+ *   cudnn    default selection: cuDNN when a plan finalizes. For the ResNet path (fp16/bf16
+ *            channels-last, the main shapes, training) a fallback to our kernels is a failure:
+ *            the log callback counts the warnings that announce one. BN in NCHW runs a few
+ *            shapes only (each new BN shape is an NVRTC build on a cold cache).
+ *   native   DLT_CONV_IMPL=native, DLT_BN_IMPL=native: the safety-net kernels.
+ *   autotune DLT_CUDNN_AUTOTUNE=1 on a few conv shapes.
+ *   cudnn-running  DLT_BN_CUDNN_RUNNING_STATS=1: cuDNN updates the running statistics; the
+ *            comparison checks that its running variance is the unbiased one (PyTorch's).
+ * plus determinism (deterministic mode: two runs bitwise equal) and BN without affine
+ * parameters or running statistics.
+ *
+ * Without a GPU (or without CUDA in the build) every case skips.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+
+static dlt_ctx *g_cpu, *g_gpu;
+static char g_gpu_skip[256];
+static const char *g_group = "";
+static int g_warnings;     /* fallback warnings logged since the case began */
+static int g_strict_group; /* the group where the ResNet path must stay on cuDNN */
+
+static void log_cb(int32_t level, const char *msg, void *user) {
+    (void)user;
+    if (level <= DLT_LOG_WARNING) g_warnings++;
+    printf("# [%s] %s\n", level == DLT_LOG_ERROR ? "error" : level == DLT_LOG_WARNING ? "warning" : "info",
+           msg);
+}
+
+static double tol_for(int32_t dtype) { return dtype == DLT_F32 ? 1e-5 : 1e-2; }
+static const char *fmt_name(int32_t fmt) { return fmt == DLT_FORMAT_CHANNELS_LAST ? "NHWC" : "NCHW"; }
+
+static void gpu_begin(const char *group, const char *conv_impl, const char *bn_impl, int autotune,
+                      int cudnn_running) {
+    g_group = group;
+    if (conv_impl) setenv("DLT_CONV_IMPL", conv_impl, 1); else unsetenv("DLT_CONV_IMPL");
+    if (bn_impl) setenv("DLT_BN_IMPL", bn_impl, 1); else unsetenv("DLT_BN_IMPL");
+    if (autotune) setenv("DLT_CUDNN_AUTOTUNE", "1", 1); else unsetenv("DLT_CUDNN_AUTOTUNE");
+    if (cudnn_running) setenv("DLT_BN_CUDNN_RUNNING_STATS", "1", 1);
+    else unsetenv("DLT_BN_CUDNN_RUNNING_STATS");
+    g_gpu = th_cuda_ctx();
+    if (!g_gpu) snprintf(g_gpu_skip, sizeof g_gpu_skip, "%s", th_skip_reason);
+}
+
+static void gpu_end(void) {
+    dlt_ctx_destroy(g_gpu);
+    g_gpu = NULL;
+}
+
+#define GPU_OR_SKIP()                                                                         \
+    do {                                                                                      \
+        if (!g_gpu) SKIP("%s", g_gpu_skip);                                                   \
+    } while (0)
+
+/* ---- tensors ---- */
+
+/* The same values on both contexts: drawn on the CPU in f32, cast and laid out there, then
+ * copied to the GPU. normal=1: N(a, b^2); 0: U(a, b). */
+static void make_pair(const int64_t *shape, int32_t nd, int32_t dtype, int32_t fmt, int normal, double a,
+                      double b, dlt_tensor **cpu, dlt_tensor **gpu) {
+    dlt_tensor *t = NULL, *c = NULL, *f = NULL;
+    CHECK_OK(dlt_tensor_empty(g_cpu, DLT_F32, shape, nd, DLT_FORMAT_CONTIGUOUS, &t));
+    if (normal)
+        CHECK_OK(dlt_tensor_rand_normal(t, a, b));
+    else
+        CHECK_OK(dlt_tensor_rand_uniform(t, a, b));
+    CHECK_OK(dlt_tensor_cast(t, dtype, &c));
+    if (fmt != DLT_FORMAT_CONTIGUOUS)
+        CHECK_OK(dlt_tensor_to_format(c, fmt, &f));
+    else
+        f = dlt_tensor_retain(c);
+    dlt_tensor_release(t);
+    dlt_tensor_release(c);
+    *cpu = f;
+    CHECK_OK(dlt_tensor_to_ctx(f, g_gpu, gpu));
+}
+
+/* Fills some pool blocks with 0xFF bytes (NaN in f32, f16 and bf16) and frees them, so the
+ * op's fresh outputs are likely to start as NaN. */
+static void poison_pool(int64_t nbytes) {
+    dlt_tensor *t[4] = {NULL, NULL, NULL, NULL};
+    const int64_t n = nbytes + 512;
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(dlt_tensor_empty(g_gpu, DLT_U8, &n, 1, DLT_FORMAT_CONTIGUOUS, &t[i]));
+        CHECK_OK(dlt_tensor_fill(t[i], 255.0));
+    }
+    for (int i = 0; i < 4; i++) dlt_tensor_release(t[i]);
+}
+
+/* Relative norm error of a GPU tensor against its CPU counterpart (logical order). */
+static double rel_err(const dlt_tensor *gpu, const dlt_tensor *cpu) {
+    if (!gpu || !cpu) return INFINITY;
+    float *a = th_read_f32(gpu), *b = th_read_f32(cpu);
+    double e = INFINITY;
+    if (a && b && dlt_tensor_numel(gpu) == dlt_tensor_numel(cpu)) e = th_rel_err_f(a, b, dlt_tensor_numel(cpu));
+    free(a);
+    free(b);
+    return e;
+}
+
+#define CHECK_CLOSE(gpu, cpu, tol, what, phase)                                               \
+    do {                                                                                      \
+        double ce_ = rel_err((gpu), (cpu));                                                   \
+        CHECK(ce_ <= (tol), "%s (%s): relative error %.3g > %.3g", (what), (phase), ce_, (double)(tol)); \
+    } while (0)
+
+static void grad_poison_and_clear(dlt_tensor *const *leaves_gpu, dlt_tensor *const *leaves_cpu, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        dlt_tensor *g = leaves_gpu[i] ? dlt_tensor_grad(leaves_gpu[i]) : NULL;
+        if (g) CHECK_OK(dlt_tensor_fill(g, NAN));
+    }
+    CHECK_OK(dlt_zero_grad(leaves_gpu, n, 1));
+    CHECK_OK(dlt_zero_grad(leaves_cpu, n, 1));
+}
+
+/* ---------------------------------------------------------------------------------------
+ * conv2d
+ * ------------------------------------------------------------------------------------- */
+typedef struct conv_case {
+    const char *name;
+    int64_t N, C, H, W, K, R, S, sh, sw, ph, pw, dh, dw, groups;
+    int bias;
+    int resnet; /* a shape of the ResNet path: cuDNN must take it in fp16/bf16 NHWC */
+} conv_case;
+
+static const conv_case CONV_CASES[] = {
+    {"3x3 s1 p1, 9x9", 2, 16, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 1},
+    {"3x3 s2 p1, 9x9", 2, 16, 9, 9, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0, 1},
+    {"1x1 s2, 8x8", 2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 1},
+    {"1x1 s1, 4x4", 4, 32, 4, 4, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1},
+    {"7x7 s2 p3, C=3, 15x15", 2, 3, 15, 15, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 0, 0},
+    {"3x3 s1 p1, batch 1, 7x7", 1, 8, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 1},
+    {"3x3 p1 on a 1x1 map", 2, 32, 1, 1, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 1},
+    {"3x3 groups 2, 8x8", 2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0, 0},
+    {"3x3 dilation 2, 11x11", 2, 8, 11, 11, 8, 3, 3, 1, 1, 2, 2, 2, 2, 1, 0, 0},
+    {"3x3 with bias, 5x7", 2, 8, 5, 7, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+};
+#define N_CONV_CASES ((int)(sizeof CONV_CASES / sizeof CONV_CASES[0]))
+
+static const conv_case *g_conv;
+static int32_t g_dtype, g_fmt;
+
+typedef struct conv_side {
+    dlt_ctx *ctx;
+    dlt_tensor *x, *w, *b, *dy;
+} conv_side;
+
+static dlt_tensor *conv_run(conv_side *s, const conv_case *c, int gpu) {
+    dlt_tensor *y = NULL;
+    if (gpu) poison_pool(dlt_tensor_nbytes(s->dy) + dlt_tensor_nbytes(s->x));
+    CHECK_OK(dlt_conv2d(s->x, s->w, c->bias ? s->b : NULL, c->sh, c->sw, c->ph, c->pw, c->dh, c->dw,
+                        c->groups, &y));
+    return y;
+}
+
+static void conv_backward(conv_side *s, dlt_tensor *y, int gpu) {
+    if (gpu) poison_pool(dlt_tensor_nbytes(s->x) + dlt_tensor_nbytes(s->w));
+    CHECK_OK(dlt_backward(y, s->dy));
+}
+
+static void conv_compare_grads(conv_side *g, conv_side *c, const conv_case *cc, double tol, const char *phase) {
+    CHECK_CLOSE(dlt_tensor_grad(g->x), dlt_tensor_grad(c->x), tol, "dx", phase);
+    CHECK_CLOSE(dlt_tensor_grad(g->w), dlt_tensor_grad(c->w), tol, "dw", phase);
+    if (cc->bias) CHECK_CLOSE(dlt_tensor_grad(g->b), dlt_tensor_grad(c->b), tol, "db", phase);
+}
+
+static void conv_case_run(void) {
+    GPU_OR_SKIP();
+    const conv_case *cc = g_conv;
+    const int32_t dt = g_dtype, fmt = g_fmt;
+    const double tol = tol_for(dt);
+    g_warnings = 0;
+    const int64_t P = (cc->H + 2 * cc->ph - cc->dh * (cc->R - 1) - 1) / cc->sh + 1;
+    const int64_t Q = (cc->W + 2 * cc->pw - cc->dw * (cc->S - 1) - 1) / cc->sw + 1;
+    const int64_t xs[4] = {cc->N, cc->C, cc->H, cc->W}, ws[4] = {cc->K, cc->C / cc->groups, cc->R, cc->S};
+    const int64_t ys[4] = {cc->N, cc->K, P, Q}, bs[1] = {cc->K};
+    const double wstd = 1.0 / sqrt((double)(ws[1] * cc->R * cc->S));
+    conv_side g = {g_gpu, NULL, NULL, NULL, NULL}, c = {g_cpu, NULL, NULL, NULL, NULL};
+    make_pair(xs, 4, dt, fmt, 1, 0.0, 1.0, &c.x, &g.x);
+    make_pair(ws, 4, dt, fmt, 1, 0.0, wstd, &c.w, &g.w); /* w in x's format: its gradient is direct */
+    make_pair(bs, 1, dt, DLT_FORMAT_CONTIGUOUS, 1, 0.0, 0.5, &c.b, &g.b);
+    make_pair(ys, 4, dt, fmt, 1, 0.0, 1.0, &c.dy, &g.dy);
+    dlt_tensor *leaves_g[3] = {g.x, g.w, g.b}, *leaves_c[3] = {c.x, c.w, c.b};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(dlt_tensor_set_requires_grad(leaves_g[i], 1));
+        CHECK_OK(dlt_tensor_set_requires_grad(leaves_c[i], 1));
+    }
+
+    /* 1. forward and backward */
+    dlt_tensor *yg = conv_run(&g, cc, 1), *yc = conv_run(&c, cc, 0);
+    CHECK(dlt_tensor_format(yg) == fmt && dlt_tensor_dtype(yg) == dt);
+    CHECK_CLOSE(yg, yc, tol, "y", "first forward");
+    conv_backward(&g, yg, 1);
+    conv_backward(&c, yc, 0);
+    conv_compare_grads(&g, &c, cc, tol, "first backward");
+    dlt_tensor_release(yg);
+    dlt_tensor_release(yc);
+
+    /* 2. NaN-filled gradient buffers after zero_grad(set_to_none): overwritten (beta = 0) */
+    grad_poison_and_clear(leaves_g, leaves_c, 3);
+    yg = conv_run(&g, cc, 1);
+    yc = conv_run(&c, cc, 0);
+    conv_backward(&g, yg, 1);
+    conv_backward(&c, yc, 0);
+    conv_compare_grads(&g, &c, cc, tol, "overwrite after set_to_none");
+    dlt_tensor_release(yg);
+    dlt_tensor_release(yc);
+
+    /* 3. accumulation (beta = 1) */
+    yg = conv_run(&g, cc, 1);
+    yc = conv_run(&c, cc, 0);
+    CHECK_CLOSE(yg, yc, tol, "y", "third forward");
+    conv_backward(&g, yg, 1);
+    conv_backward(&c, yc, 0);
+    conv_compare_grads(&g, &c, cc, tol, "accumulated");
+    dlt_tensor_release(yg);
+    dlt_tensor_release(yc);
+
+    if (g_strict_group && cc->resnet && dt != DLT_F32 && fmt == DLT_FORMAT_CHANNELS_LAST)
+        CHECK(g_warnings == 0, "%d fallback warning(s): cuDNN must take this ResNet shape", g_warnings);
+    for (int i = 0; i < 3; i++) {
+        dlt_tensor_release(leaves_g[i]);
+        dlt_tensor_release(leaves_c[i]);
+    }
+    dlt_tensor_release(g.dy);
+    dlt_tensor_release(c.dy);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * batchnorm
+ * ------------------------------------------------------------------------------------- */
+typedef struct bn_case {
+    const char *name;
+    int64_t N, C, H, W;
+    int residual, relu;
+    int affine, running; /* 0: gamma/beta NULL; 0: running statistics NULL */
+    int resnet;
+} bn_case;
+
+static const bn_case BN_CASES[] = {
+    {"8x8", 4, 16, 8, 8, 0, 0, 1, 1, 1},
+    {"5x7 relu", 3, 12, 5, 7, 0, 1, 1, 1, 1},
+    {"4x4 residual relu", 4, 16, 4, 4, 1, 1, 1, 1, 1},
+    {"6x6 residual, no relu", 2, 8, 6, 6, 1, 0, 1, 1, 0},
+    {"1x1 map relu", 8, 32, 1, 1, 0, 1, 1, 1, 1},
+    {"batch 1, 3x3, residual relu", 1, 8, 3, 3, 1, 1, 1, 1, 1},
+    {"C=3, 7x9 relu", 2, 3, 7, 9, 0, 1, 1, 1, 0},
+    {"64ch 16x16 residual relu (many blocks)", 8, 64, 16, 16, 1, 1, 1, 1, 1},
+    {"no affine, relu", 2, 8, 5, 5, 0, 1, 0, 1, 0},
+    {"no running stats, residual", 2, 8, 5, 5, 1, 0, 1, 0, 0},
+};
+#define N_BN_CASES ((int)(sizeof BN_CASES / sizeof BN_CASES[0]))
+
+static const bn_case *g_bn;
+
+typedef struct bn_side {
+    dlt_tensor *x, *res, *gamma, *beta, *rm, *rv, *dy;
+} bn_side;
+
+static dlt_tensor *bn_run(bn_side *s, const bn_case *b, int training, int gpu) {
+    dlt_tensor *y = NULL;
+    if (gpu) poison_pool(2 * dlt_tensor_nbytes(s->x));
+    if (!b->residual && !b->relu)
+        CHECK_OK(dlt_batch_norm2d(s->x, s->gamma, s->beta, s->rm, s->rv, training, 0.1, 1e-5, &y));
+    else
+        CHECK_OK(dlt_batch_norm2d_act(s->x, s->res, b->relu, s->gamma, s->beta, s->rm, s->rv, training, 0.1,
+                                      1e-5, &y));
+    return y;
+}
+
+static void bn_backward(bn_side *s, dlt_tensor *y, int gpu) {
+    if (gpu) poison_pool(2 * dlt_tensor_nbytes(s->x));
+    CHECK_OK(dlt_backward(y, s->dy));
+}
+
+static void bn_compare(bn_side *g, bn_side *c, double tol, double tol_stats, const char *phase,
+                       int grads, int stats) {
+    if (stats && g->rm) {
+        CHECK_CLOSE(g->rm, c->rm, tol_stats, "running_mean", phase);
+        CHECK_CLOSE(g->rv, c->rv, tol_stats, "running_var", phase);
+    }
+    if (!grads) return;
+    CHECK_CLOSE(dlt_tensor_grad(g->x), dlt_tensor_grad(c->x), tol, "dx", phase);
+    if (g->gamma) {
+        CHECK_CLOSE(dlt_tensor_grad(g->gamma), dlt_tensor_grad(c->gamma), tol_stats > tol ? tol_stats : tol,
+                    "dgamma", phase);
+        CHECK_CLOSE(dlt_tensor_grad(g->beta), dlt_tensor_grad(c->beta), tol_stats > tol ? tol_stats : tol,
+                    "dbeta", phase);
+    }
+    if (g->res) CHECK_CLOSE(dlt_tensor_grad(g->res), dlt_tensor_grad(c->res), tol, "dresidual", phase);
+}
+
+static void bn_case_run(void) {
+    GPU_OR_SKIP();
+    const bn_case *bc = g_bn;
+    const int32_t dt = g_dtype, fmt = g_fmt;
+    const double tol = tol_for(dt);
+    /* statistics and parameter gradients are fp32 sums of identical inputs on both sides;
+     * fp16/bf16 still bounds them through the rounded y and dy */
+    const double tol_stats = dt == DLT_F32 ? 1e-5 : 1e-3;
+    g_warnings = 0;
+    const int64_t xs[4] = {bc->N, bc->C, bc->H, bc->W}, cs[1] = {bc->C};
+    bn_side g, c;
+    memset(&g, 0, sizeof g);
+    memset(&c, 0, sizeof c);
+    make_pair(xs, 4, dt, fmt, 1, 0.5, 2.0, &c.x, &g.x);
+    make_pair(xs, 4, dt, fmt, 1, 0.0, 1.0, &c.dy, &g.dy);
+    if (bc->residual) make_pair(xs, 4, dt, fmt, 1, 0.0, 1.0, &c.res, &g.res);
+    if (bc->affine) {
+        make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 1.0, 0.3, &c.gamma, &g.gamma);
+        make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 0.0, 0.5, &c.beta, &g.beta);
+    }
+    if (bc->running) {
+        make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 0.0, 1.0, &c.rm, &g.rm);
+        make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 0, 0.5, 1.5, &c.rv, &g.rv);
+    }
+    dlt_tensor *lg[4] = {g.x, g.gamma, g.beta, g.res}, *lc[4] = {c.x, c.gamma, c.beta, c.res};
+    for (int i = 0; i < 4; i++) {
+        if (lg[i]) CHECK_OK(dlt_tensor_set_requires_grad(lg[i], 1));
+        if (lc[i]) CHECK_OK(dlt_tensor_set_requires_grad(lc[i], 1));
+    }
+
+    /* 1. training forward (running statistics updated) and backward */
+    dlt_tensor *yg = bn_run(&g, bc, 1, 1), *yc = bn_run(&c, bc, 1, 0);
+    CHECK(dlt_tensor_format(yg) == fmt && dlt_tensor_dtype(yg) == dt);
+    CHECK_CLOSE(yg, yc, tol, "y", "training forward");
+    bn_compare(&g, &c, tol, tol_stats, "training forward", 0, 1);
+    bn_backward(&g, yg, 1);
+    bn_backward(&c, yc, 0);
+    bn_compare(&g, &c, tol, tol_stats, "training backward", 1, 0);
+    dlt_tensor_release(yg);
+    dlt_tensor_release(yc);
+
+    /* 2. again after NaN-filled gradients and zero_grad(set_to_none): overwrite */
+    grad_poison_and_clear(lg, lc, 4);
+    yg = bn_run(&g, bc, 1, 1);
+    yc = bn_run(&c, bc, 1, 0);
+    CHECK_CLOSE(yg, yc, tol, "y", "second training forward");
+    bn_compare(&g, &c, tol, tol_stats, "second training forward", 0, 1);
+    bn_backward(&g, yg, 1);
+    bn_backward(&c, yc, 0);
+    bn_compare(&g, &c, tol, tol_stats, "overwrite after set_to_none", 1, 0);
+    dlt_tensor_release(yg);
+    dlt_tensor_release(yc);
+
+    /* 3. accumulation into the parameter gradients (beta = 1) */
+    yg = bn_run(&g, bc, 1, 1);
+    yc = bn_run(&c, bc, 1, 0);
+    bn_backward(&g, yg, 1);
+    bn_backward(&c, yc, 0);
+    bn_compare(&g, &c, tol, tol_stats, "accumulated", 1, 1);
+    dlt_tensor_release(yg);
+    dlt_tensor_release(yc);
+
+    /* the training path is what must stay on cuDNN; evaluation may fall back */
+    const int training_warnings = g_warnings;
+
+    /* 4. evaluation with the running statistics, and its backward (statistics constant) */
+    if (bc->running) {
+        grad_poison_and_clear(lg, lc, 4);
+        yg = bn_run(&g, bc, 0, 1);
+        yc = bn_run(&c, bc, 0, 0);
+        CHECK_CLOSE(yg, yc, tol, "y", "evaluation forward");
+        bn_backward(&g, yg, 1);
+        bn_backward(&c, yc, 0);
+        bn_compare(&g, &c, tol, tol_stats, "evaluation backward", 1, 1);
+        dlt_tensor_release(yg);
+        dlt_tensor_release(yc);
+    }
+
+    if (g_strict_group && bc->resnet && dt != DLT_F32 && fmt == DLT_FORMAT_CHANNELS_LAST)
+        CHECK(training_warnings == 0, "%d fallback warning(s) in training: cuDNN must take this ResNet BN",
+              training_warnings);
+    dlt_tensor *all[14] = {g.x, g.res, g.gamma, g.beta, g.rm, g.rv, g.dy,
+                           c.x, c.res, c.gamma, c.beta, c.rm, c.rv, c.dy};
+    for (int i = 0; i < 14; i++) dlt_tensor_release(all[i]);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * determinism: with deterministic mode on, two identical runs give identical bits
+ * ------------------------------------------------------------------------------------- */
+static unsigned char *host_bytes(const dlt_tensor *t, size_t *n) {
+    *n = t ? dlt_tensor_nbytes(t) : 0;
+    unsigned char *p = malloc(*n ? *n : 1);
+    if (p && t && dlt_tensor_copy_to_host(t, p, *n) != DLT_OK) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+static void test_deterministic(void) {
+    GPU_OR_SKIP();
+    CHECK_OK(dlt_ctx_set_deterministic(g_gpu, 1));
+    const int64_t xs[4] = {8, 64, 8, 8}, ws[4] = {64, 64, 3, 3}, cs[1] = {64};
+    dlt_tensor *xc, *x, *wc, *w, *gc, *gm, *bc_, *bt, *rc, *res, *dyc, *dy;
+    const int32_t cl = DLT_FORMAT_CHANNELS_LAST;
+    make_pair(xs, 4, DLT_F16, cl, 1, 0.0, 1.0, &xc, &x);
+    make_pair(ws, 4, DLT_F16, cl, 1, 0.0, 0.05, &wc, &w);
+    make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 1.0, 0.2, &gc, &gm);
+    make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 0.0, 0.2, &bc_, &bt);
+    make_pair(xs, 4, DLT_F16, cl, 1, 0.0, 1.0, &rc, &res);
+    make_pair(xs, 4, DLT_F16, cl, 1, 0.0, 1.0, &dyc, &dy);
+    dlt_tensor *leaves[5] = {x, w, gm, bt, res};
+    for (int i = 0; i < 5; i++) CHECK_OK(dlt_tensor_set_requires_grad(leaves[i], 1));
+    unsigned char *bytes[2][7];
+    size_t sizes[2][7];
+    for (int run = 0; run < 2; run++) {
+        CHECK_OK(dlt_zero_grad(leaves, 5, 1));
+        dlt_tensor *h = NULL, *y = NULL;
+        CHECK_OK(dlt_conv2d(x, w, NULL, 1, 1, 1, 1, 1, 1, 1, &h));
+        CHECK_OK(dlt_batch_norm2d_act(h, res, 1, gm, bt, NULL, NULL, 1, 0.1, 1e-5, &y));
+        CHECK_OK(dlt_backward(y, dy));
+        bytes[run][0] = host_bytes(y, &sizes[run][0]);
+        bytes[run][1] = host_bytes(h, &sizes[run][1]);
+        for (int i = 0; i < 5; i++) {
+            REQUIRE(dlt_tensor_grad(leaves[i]) != NULL, "no gradient for leaf %d", i);
+            bytes[run][2 + i] = host_bytes(dlt_tensor_grad(leaves[i]), &sizes[run][2 + i]);
+        }
+        dlt_tensor_release(y);
+        dlt_tensor_release(h);
+    }
+    static const char *names[7] = {"y", "conv output", "dx", "dw", "dgamma", "dbeta", "dresidual"};
+    for (int i = 0; i < 7; i++) {
+        CHECK(bytes[0][i] && bytes[1][i] && sizes[0][i] == sizes[1][i] &&
+                  memcmp(bytes[0][i], bytes[1][i], sizes[0][i]) == 0,
+              "%s differs between two deterministic runs", names[i]);
+        free(bytes[0][i]);
+        free(bytes[1][i]);
+    }
+    CHECK_OK(dlt_ctx_set_deterministic(g_gpu, 0));
+    dlt_tensor *all[12] = {xc, x, wc, w, gc, gm, bc_, bt, rc, res, dyc, dy};
+    for (int i = 0; i < 12; i++) dlt_tensor_release(all[i]);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * driver
+ * ------------------------------------------------------------------------------------- */
+static const int32_t DTYPES[3] = {DLT_F32, DLT_F16, DLT_BF16};
+static const int32_t FORMATS[2] = {DLT_FORMAT_CONTIGUOUS, DLT_FORMAT_CHANNELS_LAST};
+
+static void run_conv(int32_t dt, int32_t fmt, int ci) {
+    char name[200];
+    g_conv = &CONV_CASES[ci];
+    g_dtype = dt;
+    g_fmt = fmt;
+    snprintf(name, sizeof name, "%s: conv2d %s %s %s", g_group, dlt_dtype_name(dt), fmt_name(fmt), g_conv->name);
+    th_run(conv_case_run, name);
+}
+
+static void run_bn(int32_t dt, int32_t fmt, int bi) {
+    char name[200];
+    g_bn = &BN_CASES[bi];
+    g_dtype = dt;
+    g_fmt = fmt;
+    snprintf(name, sizeof name, "%s: batchnorm %s %s %s", g_group, dlt_dtype_name(dt), fmt_name(fmt), g_bn->name);
+    th_run(bn_case_run, name);
+}
+
+/* bn_nchw_cases: how many BN cases run in NCHW (cuDNN's BN engines are runtime-compiled:
+ * each new shape costs an NVRTC build on a cold cache, so NCHW, off the ResNet path, gets
+ * a few shapes only in the cuDNN groups). */
+static void run_all(int bn_nchw_cases) {
+    for (int d = 0; d < 3; d++)
+        for (int f = 0; f < 2; f++) {
+            for (int i = 0; i < N_CONV_CASES; i++) run_conv(DTYPES[d], FORMATS[f], i);
+            const int nb = FORMATS[f] == DLT_FORMAT_CHANNELS_LAST ? N_BN_CASES : bn_nchw_cases;
+            for (int i = 0; i < nb && i < N_BN_CASES; i++) run_bn(DTYPES[d], FORMATS[f], i);
+        }
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(void) {
+    g_cpu = th_cpu_ctx();
+    dlt_set_log_callback(log_cb, NULL);
+
+    double t0 = now_s();
+    /* cuDNN where a plan finalizes (the default) */
+    gpu_begin("cudnn", NULL, NULL, 0, 0);
+    g_strict_group = 1;
+    run_all(3);
+    g_strict_group = 0;
+    th_run(test_deterministic, "cudnn: deterministic mode, conv + bn, two runs bitwise equal");
+    gpu_end();
+    printf("# group cudnn: %.1f s\n", now_s() - t0);
+
+    /* the safety-net kernels */
+    t0 = now_s();
+    gpu_begin("native", "native", "native", 0, 0);
+    run_all(N_BN_CASES);
+    th_run(test_deterministic, "native: deterministic mode, conv + bn, two runs bitwise equal");
+    gpu_end();
+    printf("# group native: %.1f s\n", now_s() - t0);
+
+    /* autotuned plans (a few shapes) */
+    t0 = now_s();
+    gpu_begin("autotune", NULL, NULL, 1, 0);
+    for (int i = 0; i < 4; i++) {
+        run_conv(DLT_F16, DLT_FORMAT_CHANNELS_LAST, i);
+        run_conv(DLT_F32, DLT_FORMAT_CONTIGUOUS, i);
+    }
+    gpu_end();
+    printf("# group autotune: %.1f s\n", now_s() - t0);
+
+    /* cuDNN updating the running statistics itself: is its running variance unbiased? */
+    t0 = now_s();
+    gpu_begin("cudnn-running", NULL, "cudnn", 0, 1);
+    for (int d = 0; d < 3; d++) {
+        run_bn(DTYPES[d], DLT_FORMAT_CHANNELS_LAST, 0);
+        run_bn(DTYPES[d], DLT_FORMAT_CHANNELS_LAST, 2);
+    }
+    gpu_end();
+    printf("# group cudnn-running: %.1f s\n", now_s() - t0);
+
+    unsetenv("DLT_CONV_IMPL");
+    unsetenv("DLT_BN_IMPL");
+    unsetenv("DLT_CUDNN_AUTOTUNE");
+    unsetenv("DLT_BN_CUDNN_RUNNING_STATS");
+    dlt_set_log_callback(NULL, NULL);
+    dlt_ctx_destroy(g_cpu);
+    return th_done();
+}

@@ -1,0 +1,179 @@
+/*
+ * cuda_nn.c - modules on CUDA against the CPU: resnet50 with the same weights (copied
+ * through the state entries) gives the same fp32 logits (TF32 off, relative error <= 1e-4)
+ * in eval and train mode, the same running statistics and counts after a training forward,
+ * and matching parameter gradients; the same with channels-last weights and inputs; and
+ * checkpoints move between the devices (a CUDA save loads on the CPU bit for bit and back).
+ * Every case skips without a CUDA device.
+ */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static dlt_ctx *g_cpu;
+
+static dlt_module *make_resnet50(dlt_ctx *ctx, uint64_t seed) {
+    dlt_module *m = NULL;
+    if (dlt_ctx_set_seed(ctx, seed) != DLT_OK || dlt_resnet50_create(ctx, 1000, &m) != DLT_OK) {
+        printf("# resnet50: %s\n", dlt_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+/* dst's state := src's state, entry by entry (cross-device copies). */
+static void copy_state(dlt_module *dst, const dlt_module *src) {
+    REQUIRE(dlt_module_num_state(dst) == dlt_module_num_state(src));
+    for (int32_t i = 0; i < dlt_module_num_state(src); i++) {
+        dlt_tensor *a, *b;
+        CHECK_OK(dlt_module_state_entry(dst, i, NULL, &a, NULL));
+        CHECK_OK(dlt_module_state_entry(src, i, NULL, &b, NULL));
+        CHECK_OK(dlt_tensor_copy(a, b));
+    }
+}
+
+static dlt_tensor *random_input(dlt_ctx *ctx, int64_t n, int64_t hw, int32_t format) {
+    int64_t s[4] = {n, 3, hw, hw};
+    dlt_tensor *x = NULL, *y = NULL;
+    if (dlt_ctx_set_seed(g_cpu, 77) != DLT_OK || dlt_tensor_empty(g_cpu, DLT_F32, s, 4, 0, &x) != DLT_OK ||
+        dlt_tensor_rand_normal(x, 0, 1) != DLT_OK)
+        return NULL;
+    if (ctx == g_cpu && format == DLT_FORMAT_CONTIGUOUS) return x;
+    if (dlt_tensor_empty(ctx, DLT_F32, s, 4, format, &y) != DLT_OK || dlt_tensor_copy(y, x) != DLT_OK) y = NULL;
+    dlt_tensor_release(x);
+    return y;
+}
+
+/* Largest relative error over the state entries (running stats, counts) of a and b. */
+static double worst_state_err(const dlt_module *a, const dlt_module *b, char *worst_name, size_t n) {
+    double worst = 0;
+    for (int32_t i = 0; i < dlt_module_num_state(a); i++) {
+        const char *name;
+        dlt_tensor *ta, *tb;
+        if (dlt_module_state_entry(a, i, &name, &ta, NULL) != DLT_OK ||
+            dlt_module_state_entry(b, i, NULL, &tb, NULL) != DLT_OK)
+            return INFINITY;
+        float *fa = th_read_f32(ta), *fb = th_read_f32(tb);
+        double e = th_rel_err_f(fa, fb, dlt_tensor_numel(ta));
+        if (e > worst) {
+            worst = e;
+            snprintf(worst_name, n, "%s", name);
+        }
+        free(fa), free(fb);
+    }
+    return worst;
+}
+
+static void compare_forward(int32_t format) {
+    CUDA_CTX_OR_SKIP(cu);
+    CHECK_OK(dlt_ctx_set_allow_tf32(cu, 0));
+    dlt_module *mc = make_resnet50(g_cpu, 1), *mg = make_resnet50(cu, 2);
+    REQUIRE(mc && mg);
+    copy_state(mg, mc);
+    if (format == DLT_FORMAT_CHANNELS_LAST) CHECK_OK(dlt_module_set_format(mg, format));
+    const int64_t N = 4, HW = 64;
+    dlt_tensor *xc = random_input(g_cpu, N, HW, DLT_FORMAT_CONTIGUOUS), *xg = random_input(cu, N, HW, format);
+    REQUIRE(xc && xg);
+    for (int training = 0; training < 2; training++) {
+        CHECK_OK(dlt_module_set_training(mc, training));
+        CHECK_OK(dlt_module_set_training(mg, training));
+        dlt_tensor *yc = NULL, *yg = NULL;
+        CHECK_OK(dlt_module_forward(mc, xc, &yc));
+        CHECK_OK(dlt_module_forward(mg, xg, &yg));
+        float *fc = th_read_f32(yc), *fg = th_read_f32(yg);
+        REQUIRE(fc && fg);
+        double e = th_rel_err_f(fg, fc, N * 1000);
+        printf("# %s %s: logits relative error %.3g\n", format ? "channels-last" : "contiguous",
+               training ? "train" : "eval", e);
+        CHECK(e <= 1e-4, "%s logits relative error %g", training ? "train" : "eval", e);
+        free(fc), free(fg);
+        dlt_tensor_release(yc), dlt_tensor_release(yg);
+        char name[128] = "";
+        double se = worst_state_err(mg, mc, name, sizeof name);
+        CHECK(se <= 1e-4, "after a %s forward: state '%s' relative error %g", training ? "train" : "eval",
+              name, se);
+    }
+    dlt_tensor_release(xc), dlt_tensor_release(xg);
+    dlt_module_destroy(mc), dlt_module_destroy(mg);
+    dlt_ctx_destroy(cu);
+}
+static void test_resnet50_forward_matches_cpu(void) { compare_forward(DLT_FORMAT_CONTIGUOUS); }
+static void test_resnet50_channels_last_matches_cpu(void) { compare_forward(DLT_FORMAT_CHANNELS_LAST); }
+
+static void test_resnet50_gradients_match_cpu(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    CHECK_OK(dlt_ctx_set_allow_tf32(cu, 0));
+    dlt_module *mc = make_resnet50(g_cpu, 3), *mg = make_resnet50(cu, 4);
+    REQUIRE(mc && mg);
+    copy_state(mg, mc);
+    const int64_t N = 4;
+    dlt_tensor *xc = random_input(g_cpu, N, 32, 0), *xg = random_input(cu, N, 32, 0);
+    int64_t tv[4] = {1, 7, 999, 0}, ts = 4;
+    dlt_tensor *tc = NULL, *tg = NULL;
+    CHECK_OK(dlt_tensor_from_host(g_cpu, DLT_I64, &ts, 1, 0, tv, sizeof tv, &tc));
+    CHECK_OK(dlt_tensor_to_ctx(tc, cu, &tg));
+    dlt_module *ms[2] = {mc, mg};
+    dlt_tensor *xs[2] = {xc, xg}, *ts2[2] = {tc, tg};
+    for (int k = 0; k < 2; k++) {
+        dlt_tensor *y = NULL, *loss = NULL;
+        CHECK_OK(dlt_module_forward(ms[k], xs[k], &y));
+        CHECK_OK(dlt_cross_entropy(y, ts2[k], -100, DLT_REDUCTION_MEAN, &loss));
+        CHECK_OK(dlt_backward(loss, NULL));
+        dlt_tensor_release(y), dlt_tensor_release(loss);
+    }
+    dlt_tensor *pc[161], *pg[161];
+    int32_t n = 0;
+    CHECK_OK(dlt_module_params(mc, pc, 161, &n));
+    CHECK_OK(dlt_module_params(mg, pg, 161, NULL));
+    double worst = 0;
+    int32_t wi = -1;
+    for (int32_t i = 0; i < n; i++) {
+        float *gc = th_read_f32(dlt_tensor_grad(pc[i])), *gg = th_read_f32(dlt_tensor_grad(pg[i]));
+        REQUIRE(gc && gg, "parameter %d has no gradient", i);
+        double e = th_rel_err_f(gg, gc, dlt_tensor_numel(pc[i]));
+        if (e > worst) worst = e, wi = i;
+        free(gc), free(gg);
+    }
+    printf("# worst parameter-gradient relative error %.3g (parameter %d)\n", worst, wi);
+    CHECK(worst <= 1e-3, "parameter %d gradient relative error %g", wi, worst);
+    dlt_tensor_release(xc), dlt_tensor_release(xg), dlt_tensor_release(tc), dlt_tensor_release(tg);
+    dlt_module_destroy(mc), dlt_module_destroy(mg);
+    dlt_ctx_destroy(cu);
+}
+
+static void test_checkpoint_across_devices(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_module *mg = make_resnet50(cu, 5), *mc = make_resnet50(g_cpu, 6), *mg2 = make_resnet50(cu, 7);
+    REQUIRE(mg && mc && mg2);
+    dlt_tensor *xg = random_input(cu, 2, 32, 0), *y = NULL;
+    CHECK_OK(dlt_module_forward(mg, xg, &y)); /* moves running stats and counts */
+    dlt_tensor_release(y);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/dlt_cuda_nn_%ld.safetensors", (long)getpid());
+    CHECK_OK(dlt_module_save(mg, path));
+    CHECK_OK(dlt_module_load(mc, path));
+    char name[128] = "";
+    double e = worst_state_err(mc, mg, name, sizeof name);
+    CHECK(e == 0, "CUDA -> CPU: '%s' differs (%g)", name, e);
+    /* and back, into channels-last weights */
+    CHECK_OK(dlt_module_save(mc, path));
+    CHECK_OK(dlt_module_set_format(mg2, DLT_FORMAT_CHANNELS_LAST));
+    CHECK_OK(dlt_module_load(mg2, path));
+    e = worst_state_err(mg2, mc, name, sizeof name);
+    CHECK(e == 0, "CPU -> CUDA: '%s' differs (%g)", name, e);
+    unlink(path);
+    dlt_tensor_release(xg);
+    dlt_module_destroy(mg), dlt_module_destroy(mc), dlt_module_destroy(mg2);
+    dlt_ctx_destroy(cu);
+}
+
+int main(void) {
+    g_cpu = th_cpu_ctx();
+    RUN(test_resnet50_forward_matches_cpu);
+    RUN(test_resnet50_channels_last_matches_cpu);
+    RUN(test_resnet50_gradients_match_cpu);
+    RUN(test_checkpoint_across_devices);
+    dlt_ctx_destroy(g_cpu);
+    return th_done();
+}

@@ -1,0 +1,521 @@
+/*
+ * cuda_optim.c - SGD, schedules and the GradScaler on CUDA against the CPU backend.
+ *
+ * The CUDA step kernel computes the same fp32 operations as the CPU loop (correctly
+ * rounded FMAs, separately rounded products), so parameters, momentum buffers and
+ * gradients must agree bit for bit. Covered: every option combination; one step over 300
+ * parameters of odd sizes (several launches, multi-chunk tensors, scalar tails, parameters
+ * without gradients); the autocast copies the kernel writes; the scaler's skip/backoff/
+ * growth sequence; lr schedules; and a whole training step (forward, backward, unscale,
+ * step, update) captured as a CUDA graph and replayed, compared with the same steps run
+ * eagerly. Every case skips without a GPU.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "harness.h"
+
+static uint32_t rng_state = 2024u;
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((double)(rng_state >> 8) / (double)(1u << 23) - 1.0);
+}
+
+static dlt_tensor *param_from(dlt_ctx *ctx, const int64_t *shape, int32_t nd, int32_t fmt, const float *v) {
+    dlt_tensor *t = NULL;
+    CHECK_OK(dlt_tensor_empty(ctx, DLT_F32, shape, nd, fmt, &t));
+    CHECK_OK(dlt_tensor_copy_from_host(t, v, dlt_tensor_nbytes(t)));
+    CHECK_OK(dlt_tensor_set_requires_grad(t, 1));
+    return t;
+}
+
+static void set_grad(dlt_tensor *p, const float *vals) {
+    int64_t shape[8];
+    int32_t nd = dlt_tensor_shape(p, shape, 8);
+    dlt_tensor *g = NULL;
+    CHECK_OK(dlt_tensor_empty(dlt_tensor_ctx(p), DLT_F32, shape, nd, dlt_tensor_format(p), &g));
+    CHECK_OK(dlt_tensor_copy_from_host(g, vals, dlt_tensor_nbytes(p)));
+    CHECK_OK(dlt_zero_grad(&p, 1, 1));
+    CHECK_OK(dlt_backward(p, g));
+    dlt_tensor_release(g);
+}
+
+/* bitwise comparison of two tensors' memory (any contexts) */
+static int same_tensor(const dlt_tensor *a, const dlt_tensor *b, const char *what, int idx) {
+    size_t n = dlt_tensor_nbytes(a);
+    if (n != dlt_tensor_nbytes(b)) {
+        CHECK(0, "%s %d: sizes differ", what, idx);
+        return 0;
+    }
+    float *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+    CHECK_OK(dlt_tensor_copy_to_host(a, x, n));
+    CHECK_OK(dlt_tensor_copy_to_host(b, y, n));
+    int ok = 1;
+    for (size_t i = 0; i < n / 4; i++)
+        if (memcmp(&x[i], &y[i], 4) != 0) {
+            CHECK(0, "%s %d element %zu: cuda %.9g vs cpu %.9g", what, idx, i, x[i], y[i]);
+            ok = 0;
+            break;
+        }
+    free(x);
+    free(y);
+    return ok;
+}
+
+/* ---- every option combination, CUDA vs CPU ---- */
+
+static void run_combo(dlt_ctx *cu, dlt_ctx *cpu, double mom, double damp, double wd, int nest, int maxi) {
+    enum { NP = 5 };
+    const int64_t s0[2] = {33, 17}, s1[1] = {5}, s2[1] = {4099}, s3[4] = {3, 5, 2, 7}, s4[1] = {1};
+    const int64_t *shapes[NP] = {s0, s1, s2, s3, s4};
+    const int32_t nds[NP] = {2, 1, 1, 4, 1};
+    const int32_t fmts[NP] = {0, 0, 0, DLT_FORMAT_CHANNELS_LAST, 0};
+    const int first_grad[NP] = {1, 0, 2, 1, 3};
+    dlt_tensor *pc[NP], *pg[NP];
+    int64_t ns[NP];
+    float *buf = malloc(4099 * sizeof(float));
+    for (int i = 0; i < NP; i++) {
+        ns[i] = 1;
+        for (int d = 0; d < nds[i]; d++) ns[i] *= shapes[i][d];
+        for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand();
+        pc[i] = param_from(cpu, shapes[i], nds[i], fmts[i], buf);
+        pg[i] = param_from(cu, shapes[i], nds[i], fmts[i], buf);
+    }
+    dlt_optimizer *oc = NULL, *og = NULL;
+    CHECK_OK(dlt_sgd_create(pc, NP, 0.05, mom, damp, wd, nest, maxi, &oc));
+    CHECK_OK(dlt_sgd_create(pg, NP, 0.05, mom, damp, wd, nest, maxi, &og));
+    for (int step = 1; step <= 5; step++) {
+        if (step == 3) {
+            CHECK_OK(dlt_optimizer_set_lr(oc, 0.013));
+            CHECK_OK(dlt_optimizer_set_lr(og, 0.013));
+        }
+        for (int i = 0; i < NP; i++) {
+            if (!first_grad[i] || step < first_grad[i]) continue;
+            for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand() * 2.0f;
+            set_grad(pc[i], buf);
+            set_grad(pg[i], buf);
+        }
+        CHECK_OK(dlt_optimizer_step(oc));
+        CHECK_OK(dlt_optimizer_step(og));
+        for (int i = 0; i < NP; i++) {
+            same_tensor(pg[i], pc[i], "param", i);
+            dlt_tensor *bg = dlt_optimizer_momentum_buffer(og, i), *bc = dlt_optimizer_momentum_buffer(oc, i);
+            CHECK((bg == NULL) == (bc == NULL), "param %d: buffer on one side only", i);
+            if (bg && bc) same_tensor(bg, bc, "buffer", i);
+            if (dlt_tensor_grad(pc[i])) same_tensor(dlt_tensor_grad(pg[i]), dlt_tensor_grad(pc[i]), "grad", i);
+        }
+    }
+    int64_t cg = 0;
+    CHECK_OK(dlt_optimizer_step_count(og, &cg));
+    CHECK(cg == 5);
+    free(buf);
+    dlt_optimizer_destroy(oc);
+    dlt_optimizer_destroy(og);
+    for (int i = 0; i < NP; i++) {
+        dlt_tensor_release(pc[i]);
+        dlt_tensor_release(pg[i]);
+    }
+}
+
+static void test_sgd_all_options(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    for (int m = 0; m < 2; m++)
+        for (int d = 0; d < 2; d++)
+            for (int w = 0; w < 2; w++)
+                for (int n = 0; n < 2; n++)
+                    for (int x = 0; x < 2; x++) {
+                        if (n && (!m || d)) continue;
+                        run_combo(cu, cpu, m ? 0.9 : 0.0, d ? 0.1 : 0.0, w ? 1e-2 : 0.0, n, x);
+                    }
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
+/* 300 parameters of odd sizes (two launches of at most 256 tensors), some without a
+ * gradient, through three steps; the step count must advance once per step. */
+static void test_multi_tensor_many_params(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    enum { NP = 300 };
+    static dlt_tensor *pc[NP], *pg[NP];
+    static int64_t ns[NP];
+    float *buf = malloc(20000 * sizeof(float));
+    for (int i = 0; i < NP; i++) {
+        const int64_t sizes[8] = {1, 3, 4095, 4096, 4097, 17, 12289, 255};
+        ns[i] = sizes[i % 8] + (i / 8) % 5;
+        for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand();
+        pc[i] = param_from(cpu, &ns[i], 1, 0, buf);
+        pg[i] = param_from(cu, &ns[i], 1, 0, buf);
+    }
+    dlt_optimizer *oc = NULL, *og = NULL;
+    CHECK_OK(dlt_sgd_create(pc, NP, 0.1, 0.9, 0.0, 5e-4, 1, 0, &oc));
+    CHECK_OK(dlt_sgd_create(pg, NP, 0.1, 0.9, 0.0, 5e-4, 1, 0, &og));
+    for (int step = 1; step <= 3; step++) {
+        for (int i = 0; i < NP; i++) {
+            if ((i * 7 + step) % 11 == 0) { /* no gradient this step */
+                CHECK_OK(dlt_zero_grad(&pc[i], 1, 1));
+                CHECK_OK(dlt_zero_grad(&pg[i], 1, 1));
+                continue;
+            }
+            for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand();
+            set_grad(pc[i], buf);
+            set_grad(pg[i], buf);
+        }
+        CHECK_OK(dlt_optimizer_step(oc));
+        CHECK_OK(dlt_optimizer_step(og));
+        int64_t count = 0;
+        CHECK_OK(dlt_optimizer_step_count(og, &count));
+        CHECK(count == step, "step count %lld after step %d", (long long)count, step);
+    }
+    int bad = 0;
+    for (int i = 0; i < NP && bad < 3; i++) {
+        bad += !same_tensor(pg[i], pc[i], "param", i);
+        dlt_tensor *bg = dlt_optimizer_momentum_buffer(og, i), *bc = dlt_optimizer_momentum_buffer(oc, i);
+        CHECK((bg == NULL) == (bc == NULL), "param %d", i);
+        if (bg && bc) bad += !same_tensor(bg, bc, "buffer", i);
+    }
+    free(buf);
+    dlt_optimizer_destroy(oc);
+    dlt_optimizer_destroy(og);
+    for (int i = 0; i < NP; i++) {
+        dlt_tensor_release(pc[i]);
+        dlt_tensor_release(pg[i]);
+    }
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
+/* The kernel writes the autocast copies: after two steps, a linear under autocast (which
+ * uses the cached copy, marked current by the step) equals a fresh cast of the master. */
+static void test_lp_copy_refresh(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    const int64_t ws[2] = {9, 13}, xs[2] = {13, 13};
+    float v[117], g[117], eye[169];
+    for (int e = 0; e < 117; e++) {
+        v[e] = frand() * 4.0f;
+        g[e] = frand();
+    }
+    for (int e = 0; e < 169; e++) eye[e] = (e % 14) == 0 ? 1.0f : 0.0f;
+    dlt_tensor *w = param_from(cu, ws, 2, 0, v), *x = NULL, *y = NULL;
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 2, 0, eye, sizeof eye, &x));
+    for (int k = 0; k < 2; k++) { /* makes both cached copies */
+        CHECK_OK(dlt_autocast_begin(cu, k ? DLT_BF16 : DLT_F16));
+        CHECK_OK(dlt_linear(x, w, NULL, &y));
+        CHECK_OK(dlt_autocast_end(cu));
+        dlt_tensor_release(y);
+    }
+    dlt_optimizer *opt = NULL;
+    CHECK_OK(dlt_sgd_create(&w, 1, 0.37, 0.5, 0, 0, 0, 0, &opt));
+    for (int s = 0; s < 2; s++) {
+        set_grad(w, g);
+        CHECK_OK(dlt_optimizer_step(opt));
+    }
+    for (int k = 0; k < 2; k++) {
+        int32_t dt = k ? DLT_BF16 : DLT_F16;
+        dlt_tensor *fresh = NULL;
+        CHECK_OK(dlt_tensor_cast(w, dt, &fresh));
+        CHECK_OK(dlt_autocast_begin(cu, dt));
+        CHECK_OK(dlt_linear(x, w, NULL, &y)); /* I * w^T = w^T through the copy */
+        CHECK_OK(dlt_autocast_end(cu));
+        float *got = th_read_f32(y), *want = th_read_f32(fresh);
+        int bad = 0;
+        for (int i = 0; i < 9 && !bad; i++)
+            for (int j = 0; j < 13; j++)
+                if (got[j * 9 + i] != want[i * 13 + j]) {
+                    CHECK(0, "%s copy [%d,%d]: %.9g vs fresh cast %.9g", k ? "bf16" : "f16", i, j,
+                          got[j * 9 + i], want[i * 13 + j]);
+                    bad = 1;
+                    break;
+                }
+        free(got);
+        free(want);
+        dlt_tensor_release(y);
+        dlt_tensor_release(fresh);
+    }
+    dlt_optimizer_destroy(opt);
+    dlt_tensor_release(x);
+    dlt_tensor_release(w);
+    dlt_ctx_destroy(cu);
+}
+
+/* Scaler sequence with inf/NaN injections: scale, tracker, params and buffers as on CPU. */
+static void test_scaler_vs_cpu(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    dlt_ctx *ctxs[2] = {cu, cpu};
+    const int64_t s0[1] = {5000}, s1[2] = {7, 3};
+    dlt_tensor *p[2][2];
+    dlt_optimizer *o[2];
+    dlt_grad_scaler *sc[2];
+    float *buf = malloc(5000 * sizeof(float));
+    for (int e = 0; e < 5000; e++) buf[e] = frand();
+    for (int c = 0; c < 2; c++) {
+        p[c][0] = param_from(ctxs[c], s0, 1, 0, buf);
+        p[c][1] = param_from(ctxs[c], s1, 2, 0, buf);
+        CHECK_OK(dlt_sgd_create(p[c], 2, 0.01, 0.9, 0.1, 1e-4, 0, 1, &o[c]));
+        CHECK_OK(dlt_grad_scaler_create(ctxs[c], 3.0, 2.0, 0.25, 2, 1, &sc[c]));
+        CHECK_OK(dlt_lr_schedule_step(o[c], 2, 0.5));
+    }
+    for (int it = 0; it < 10; it++) {
+        float *g0 = malloc(5000 * sizeof(float)), g1[21];
+        for (int e = 0; e < 5000; e++) g0[e] = frand() * 100.0f;
+        for (int e = 0; e < 21; e++) g1[e] = frand();
+        if (it == 2) g0[4999] = INFINITY;
+        if (it == 5) g1[0] = NAN;
+        for (int c = 0; c < 2; c++) {
+            set_grad(p[c][0], g0);
+            set_grad(p[c][1], g1);
+            if (it % 3 == 1) CHECK_OK(dlt_grad_scaler_unscale(sc[c], o[c]));
+            CHECK_OK(dlt_grad_scaler_step(sc[c], o[c]));
+            CHECK_OK(dlt_grad_scaler_update(sc[c]));
+        }
+        free(g0);
+        double s_gpu = 0, s_cpu = 0, lr_gpu = 0, lr_cpu = 0;
+        int32_t t_gpu = -1, t_cpu = -2, a_gpu = -1, a_cpu = -2;
+        CHECK_OK(dlt_grad_scaler_get_state(sc[0], &s_gpu, NULL, NULL, NULL, &t_gpu));
+        CHECK_OK(dlt_grad_scaler_get_state(sc[1], &s_cpu, NULL, NULL, NULL, &t_cpu));
+        CHECK_OK(dlt_optimizer_get_lr(o[0], &lr_gpu));
+        CHECK_OK(dlt_optimizer_get_lr(o[1], &lr_cpu));
+        CHECK_OK(dlt_optimizer_last_step_applied(o[0], &a_gpu));
+        CHECK_OK(dlt_optimizer_last_step_applied(o[1], &a_cpu));
+        CHECK(s_gpu == s_cpu && t_gpu == t_cpu, "it %d: scale %g/%g tracker %d/%d", it, s_gpu, s_cpu, t_gpu, t_cpu);
+        CHECK(lr_gpu == lr_cpu && a_gpu == a_cpu, "it %d: lr %.9g/%.9g applied %d/%d", it, lr_gpu, lr_cpu, a_gpu, a_cpu);
+        CHECK(a_gpu == !(it == 2 || it == 5), "it %d: applied %d", it, a_gpu);
+        for (int i = 0; i < 2; i++) {
+            same_tensor(p[0][i], p[1][i], "param", i);
+            same_tensor(dlt_tensor_grad(p[0][i]), dlt_tensor_grad(p[1][i]), "unscaled grad", i);
+            same_tensor(dlt_optimizer_momentum_buffer(o[0], i), dlt_optimizer_momentum_buffer(o[1], i), "buffer", i);
+        }
+    }
+    free(buf);
+    for (int c = 0; c < 2; c++) {
+        dlt_grad_scaler_destroy(sc[c]);
+        dlt_optimizer_destroy(o[c]);
+        dlt_tensor_release(p[c][0]);
+        dlt_tensor_release(p[c][1]);
+    }
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
+/* lr sequences of each schedule, CUDA vs CPU (double pow/cos may differ in the last ulp of
+ * the double; the f32 lr must agree within one ulp, and nearly always exactly). */
+static void test_schedules_vs_cpu(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    dlt_ctx *ctxs[2] = {cu, cpu};
+    dlt_tensor *p[2];
+    dlt_optimizer *o[2];
+    const int64_t s[1] = {3};
+    const float v[3] = {1, 2, 3}, g[3] = {0.1f, 0.2f, 0.3f};
+    const int64_t ms[4] = {3, 8, 9, 20};
+    for (int c = 0; c < 2; c++) {
+        p[c] = param_from(ctxs[c], s, 1, 0, v);
+        set_grad(p[c], g);
+        CHECK_OK(dlt_sgd_create(&p[c], 1, 0.3, 0, 0, 0, 0, 0, &o[c]));
+    }
+    int exact = 0, total = 0;
+    for (int phase = 0; phase < 3; phase++) {
+        for (int c = 0; c < 2; c++) {
+            CHECK_OK(dlt_lr_schedule_clear(o[c]));
+            CHECK_OK(dlt_optimizer_set_lr(o[c], 0.3));
+            if (phase == 0) {
+                CHECK_OK(dlt_lr_schedule_step(o[c], 3, 0.7));
+                CHECK_OK(dlt_lr_schedule_warmup(o[c], 5, 0.1));
+            } else if (phase == 1) {
+                CHECK_OK(dlt_lr_schedule_multistep(o[c], ms, 4, 0.3));
+            } else {
+                CHECK_OK(dlt_lr_schedule_cosine(o[c], 17, 0.01));
+                CHECK_OK(dlt_lr_schedule_warmup(o[c], 4, 0.5));
+            }
+        }
+        for (int t = 0; t < 25; t++) {
+            double a = 0, b = 0;
+            CHECK_OK(dlt_optimizer_get_lr(o[0], &a));
+            CHECK_OK(dlt_optimizer_get_lr(o[1], &b));
+            CHECK(fabs(a - b) <= ldexp(fabs(b), -23), "phase %d t %d: cuda %.9g cpu %.9g", phase, t, a, b);
+            exact += a == b;
+            total++;
+            for (int c = 0; c < 2; c++) CHECK_OK(dlt_optimizer_step(o[c]));
+        }
+    }
+    printf("# %d of %d lr values bit-identical\n", exact, total);
+    for (int c = 0; c < 2; c++) {
+        dlt_optimizer_destroy(o[c]);
+        dlt_tensor_release(p[c]);
+    }
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
+/* ---- a whole training step captured as a CUDA graph ---- */
+
+typedef struct net {
+    dlt_ctx *ctx;
+    dlt_tensor *x, *y, *w1, *b1, *w2, *b2;
+    dlt_optimizer *opt;
+    dlt_grad_scaler *sc;
+} net;
+
+enum { NB = 64, ND = 16, NH = 32, NK = 10 };
+
+static dlt_status net_step(void *user) {
+    net *n = (net *)user;
+    dlt_tensor *h = NULL, *a = NULL, *logits = NULL, *loss = NULL, *scaled = NULL;
+    dlt_status st = dlt_optimizer_zero_grad(n->opt, 1);
+    if (st == DLT_OK) st = dlt_autocast_begin(n->ctx, DLT_F16);
+    if (st == DLT_OK) {
+        st = dlt_linear(n->x, n->w1, n->b1, &h);
+        if (st == DLT_OK) st = dlt_relu(h, &a);
+        if (st == DLT_OK) st = dlt_linear(a, n->w2, n->b2, &logits);
+        if (st == DLT_OK) st = dlt_cross_entropy(logits, n->y, -100, DLT_REDUCTION_MEAN, &loss);
+        dlt_status st2 = dlt_autocast_end(n->ctx);
+        if (st == DLT_OK) st = st2;
+    }
+    if (st == DLT_OK) st = dlt_grad_scaler_scale(n->sc, loss, &scaled);
+    if (st == DLT_OK) st = dlt_backward(scaled, NULL);
+    if (st == DLT_OK) st = dlt_grad_scaler_step(n->sc, n->opt);
+    if (st == DLT_OK) st = dlt_grad_scaler_update(n->sc);
+    dlt_tensor_release(h);
+    dlt_tensor_release(a);
+    dlt_tensor_release(logits);
+    dlt_tensor_release(loss);
+    dlt_tensor_release(scaled);
+    return st;
+}
+
+static void net_make(net *n, dlt_ctx *ctx, const float *x, const int32_t *y, const float *w1,
+                     const float *b1, const float *w2, const float *b2) {
+    const int64_t xs[2] = {NB, ND}, ys[1] = {NB}, w1s[2] = {NH, ND}, b1s[1] = {NH}, w2s[2] = {NK, NH},
+                  b2s[1] = {NK};
+    n->ctx = ctx;
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, xs, 2, 0, x, NB * ND * sizeof(float), &n->x));
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_I32, ys, 1, 0, y, NB * sizeof(int32_t), &n->y));
+    n->w1 = param_from(ctx, w1s, 2, 0, w1);
+    n->b1 = param_from(ctx, b1s, 1, 0, b1);
+    n->w2 = param_from(ctx, w2s, 2, 0, w2);
+    n->b2 = param_from(ctx, b2s, 1, 0, b2);
+    dlt_tensor *ps[4] = {n->w1, n->b1, n->w2, n->b2};
+    CHECK_OK(dlt_sgd_create(ps, 4, 0.05, 0.9, 0, 1e-4, 0, 0, &n->opt));
+    CHECK_OK(dlt_lr_schedule_warmup(n->opt, 3, 0.5));
+    CHECK_OK(dlt_grad_scaler_create(ctx, 256.0, 2.0, 0.5, 3, 1, &n->sc));
+}
+
+static void net_free(net *n) {
+    dlt_grad_scaler_destroy(n->sc);
+    dlt_optimizer_destroy(n->opt);
+    dlt_tensor_release(n->x);
+    dlt_tensor_release(n->y);
+    dlt_tensor_release(n->w1);
+    dlt_tensor_release(n->b1);
+    dlt_tensor_release(n->w2);
+    dlt_tensor_release(n->b2);
+}
+
+static char g_log[512];
+static void keep_log(int32_t level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    snprintf(g_log, sizeof g_log, "%s", msg);
+}
+
+static void check_nets_equal(net *a, net *b, const char *when) {
+    dlt_tensor *pa[4] = {a->w1, a->b1, a->w2, a->b2}, *pb[4] = {b->w1, b->b1, b->w2, b->b2};
+    for (int i = 0; i < 4; i++) {
+        float *x = th_read_f32(pa[i]), *y = th_read_f32(pb[i]);
+        double e = th_rel_err_f(x, y, dlt_tensor_numel(pa[i]));
+        CHECK(e <= 1e-6, "%s: parameter %d differs between graph and eager (rel err %.3g)", when, i, e);
+        free(x);
+        free(y);
+    }
+    double sa = 0, sb = 0, la = 0, lb = 0;
+    int64_t ca = 0, cb = 0;
+    CHECK_OK(dlt_grad_scaler_get_scale(a->sc, &sa));
+    CHECK_OK(dlt_grad_scaler_get_scale(b->sc, &sb));
+    CHECK_OK(dlt_optimizer_get_lr(a->opt, &la));
+    CHECK_OK(dlt_optimizer_get_lr(b->opt, &lb));
+    CHECK_OK(dlt_optimizer_step_count(a->opt, &ca));
+    CHECK_OK(dlt_optimizer_step_count(b->opt, &cb));
+    CHECK(sa == sb && la == lb && ca == cb, "%s: scale %g/%g lr %g/%g steps %lld/%lld", when, sa, sb, la,
+          lb, (long long)ca, (long long)cb);
+}
+
+static void test_capture_whole_step(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static float x[NB * ND], w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
+    static int32_t y[NB];
+    for (int i = 0; i < NB * ND; i++) x[i] = frand();
+    for (int i = 0; i < NB; i++) y[i] = (int32_t)((i * 7) % NK);
+    for (int i = 0; i < NH * ND; i++) w1[i] = frand() * 0.25f;
+    for (int i = 0; i < NH; i++) b1[i] = frand() * 0.25f;
+    for (int i = 0; i < NK * NH; i++) w2[i] = frand() * 0.18f;
+    for (int i = 0; i < NK; i++) b2[i] = frand() * 0.18f;
+    net g, e;
+    net_make(&g, cu, x, y, w1, b1, w2, b2);
+    net_make(&e, cu, x, y, w1, b1, w2, b2);
+    dlt_set_log_callback(keep_log, NULL);
+    dlt_graph *graph = NULL;
+    g_log[0] = '\0';
+    CHECK_OK(dlt_graph_create(cu, net_step, &g, 2, &graph));
+    dlt_set_log_callback(NULL, NULL);
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_log);
+    printf("# captured step: %lld graph nodes\n", (long long)dlt_graph_num_nodes(graph));
+    for (int i = 0; i < 2; i++) CHECK_OK(net_step(&e)); /* the eager twin's warm-up */
+    for (int r = 0; r < 5; r++) {
+        CHECK_OK(dlt_graph_run(graph));
+        CHECK_OK(net_step(&e));
+    }
+    CHECK_OK(dlt_ctx_synchronize(cu));
+    check_nets_equal(&g, &e, "after 7 steps");
+    int64_t count = 0;
+    CHECK_OK(dlt_optimizer_step_count(g.opt, &count));
+    CHECK(count == 7, "step count %lld", (long long)count);
+
+    /* an inf in the (persistent) input: the replay skips the update on the device and backs
+     * the scale off */
+    float w1_before[NH * ND], w1_after[NH * ND];
+    double scale_before = 0, scale_after = 0;
+    CHECK_OK(dlt_grad_scaler_get_scale(g.sc, &scale_before));
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_before, sizeof w1_before));
+    x[3] = INFINITY;
+    CHECK_OK(dlt_tensor_copy_from_host(g.x, x, sizeof x));
+    CHECK_OK(dlt_graph_run(graph));
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_after, sizeof w1_after));
+    CHECK_OK(dlt_grad_scaler_get_scale(g.sc, &scale_after));
+    int32_t applied = -1;
+    CHECK_OK(dlt_optimizer_last_step_applied(g.opt, &applied));
+    CHECK_OK(dlt_optimizer_step_count(g.opt, &count));
+    CHECK(applied == 0 && count == 7, "applied %d count %lld", applied, (long long)count);
+    CHECK(memcmp(w1_before, w1_after, sizeof w1_before) == 0, "a skipped replay moved the weights");
+    CHECK(scale_after == scale_before * 0.5, "scale %g -> %g", scale_before, scale_after);
+    x[3] = 0.5f;
+    CHECK_OK(dlt_tensor_copy_from_host(g.x, x, sizeof x));
+
+    /* the lr lives on the device: set between replays, no recapture */
+    CHECK_OK(dlt_optimizer_set_lr(g.opt, 0.0));
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_before, sizeof w1_before));
+    CHECK_OK(dlt_graph_run(graph));
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_after, sizeof w1_after));
+    CHECK_OK(dlt_optimizer_last_step_applied(g.opt, &applied));
+    CHECK(applied == 1, "the replay with lr 0 was skipped");
+    CHECK(memcmp(w1_before, w1_after, sizeof w1_before) == 0, "lr 0 must leave the weights alone");
+    CHECK_OK(dlt_optimizer_set_lr(g.opt, 0.05));
+    CHECK_OK(dlt_graph_run(graph));
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_after, sizeof w1_after));
+    CHECK(memcmp(w1_before, w1_after, sizeof w1_before) != 0, "lr 0.05 must move the weights");
+    dlt_graph_destroy(graph);
+    net_free(&g);
+    net_free(&e);
+    dlt_ctx_destroy(cu);
+}
+
+int main(void) {
+    RUN(test_sgd_all_options);
+    RUN(test_multi_tensor_many_params);
+    RUN(test_lp_copy_refresh);
+    RUN(test_scaler_vs_cpu);
+    RUN(test_schedules_vs_cpu);
+    RUN(test_capture_whole_step);
+    return th_done();
+}

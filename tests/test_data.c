@@ -1,0 +1,1184 @@
+/*
+ * test_data.c - the CIFAR-10 reader, the synthetic dataset, the loader and evaluation on
+ * the CPU.
+ *
+ * The reader is checked on tiny files in the official binary format that this test writes
+ * itself (a temporary directory), then on the real subset in shared/data (DLT_CIFAR10_DIR,
+ * or ../shared/data/cifar10-subset beside DLT_SOURCE_ROOT; skipped when absent).
+ *
+ * Batches are compared with an independent reference written here: its own Philox4x32-10
+ * (checked against the Random123 known-answer vectors), its own shuffle (sort by key, then
+ * index), crop-with-zero-padding and flip, ToTensor (byte / 255 in fp32) and Normalize.
+ * fp16/bf16 outputs are compared bit for bit with the fp32 reference rounded by the
+ * library's cast (itself checked exhaustively in test_tensor).
+ *
+ * A "replay" is emulated by marking the context as capturing: the loader then keeps its
+ * host position still and only the cursor in backend memory moves, as when a captured step
+ * is replayed (cuda_data.c does the same on the GPU).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../lib/data/data_internal.h" /* white-box: ctx->capturing, the loader's cursor */
+#include "harness.h"
+
+#define REC 3073
+#define IMG 3072
+
+static dlt_ctx *g_ctx;
+static char g_root[256];  /* temporary directory of this run */
+static char g_rel[300];   /* tiny release: data_batch_1.bin, data_batch_3.bin, test, meta */
+static uint8_t g_train[13][REC]; /* records of the tiny train split, in load order */
+static uint8_t g_test[4][REC];
+
+/* ---------------------------------------------------------------------------------------
+ * Reference: Philox4x32-10, shuffle, augmentation, pixel values
+ * ------------------------------------------------------------------------------------- */
+
+static void ref_philox4(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
+    uint32_t c[4] = {ctr_in[0], ctr_in[1], ctr_in[2], ctr_in[3]};
+    uint32_t k0 = key_in[0], k1 = key_in[1];
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0;
+        uint32_t n1 = (uint32_t)p1;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+        uint32_t n3 = (uint32_t)p0;
+        c[0] = n0;
+        c[1] = n1;
+        c[2] = n2;
+        c[3] = n3;
+    }
+    memcpy(out, c, sizeof c);
+}
+
+/* the library's use: 64-bit counter in words 0-1, 64-bit seed as the key */
+static void ref_philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
+    uint32_t ctr[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    ref_philox4(ctr, key, out);
+}
+
+typedef struct {
+    uint64_t key;
+    int64_t index;
+} ref_keyed;
+
+static int ref_cmp(const void *pa, const void *pb) {
+    const ref_keyed *a = pa, *b = pb;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+/* order of epoch e: indices sorted by the 64-bit key (w0 << 32 | w1) of philox(seed, e<<32|k) */
+static void ref_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *out) {
+    ref_keyed *k = malloc((size_t)n * sizeof *k);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w[4];
+        ref_philox(seed, ((uint64_t)epoch << 32) | (uint64_t)i, w);
+        k[i].key = ((uint64_t)w[0] << 32) | w[1];
+        k[i].index = i;
+    }
+    qsort(k, (size_t)n, sizeof *k, ref_cmp);
+    for (int64_t i = 0; i < n; i++) out[i] = k[i].index;
+    free(k);
+}
+
+typedef struct {
+    int pad, hflip, normalize;
+    float mean[3], std[3];
+    uint64_t seed;
+} ref_cfg;
+
+/* One sample at epoch position pos (unwrapped) as 3072 floats in NCHW order: crop from the
+ * zero-padded image and flip (draws from philox(seed + golden, e<<32 + pos)), then ToTensor
+ * and Normalize. */
+static void ref_sample(const uint8_t *pix, int64_t epoch, int64_t pos, const ref_cfg *cfg,
+                       float *out) {
+    int top = 0, left = 0, flip = 0;
+    if (cfg->pad > 0 || cfg->hflip) {
+        uint32_t w[4];
+        ref_philox(cfg->seed + 0x9E3779B97F4A7C15ull, ((uint64_t)epoch << 32) + (uint64_t)pos, w);
+        uint64_t range = (uint64_t)(2 * cfg->pad + 1);
+        top = (int)(((uint64_t)w[0] * range) >> 32);
+        left = (int)(((uint64_t)w[1] * range) >> 32);
+        flip = cfg->hflip ? (int)(w[2] & 1u) : 0;
+    }
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < 32; y++)
+            for (int x = 0; x < 32; x++) {
+                /* padded image P is 32+2*pad wide; crop C[y][x] = P[y+top][x+left];
+                 * flipped F[y][x] = C[y][31-x] */
+                int cx = flip ? 31 - x : x;
+                int py = y + top, px = cx + left; /* in padded coordinates */
+                int sy = py - cfg->pad, sx = px - cfg->pad;
+                uint8_t b = (sy >= 0 && sy < 32 && sx >= 0 && sx < 32) ? pix[c * 1024 + sy * 32 + sx] : 0;
+                float v = (float)b / 255.0f;
+                if (cfg->normalize) v = (v - cfg->mean[c]) / cfg->std[c];
+                out[c * 1024 + y * 32 + x] = v;
+            }
+}
+
+/* Checks a batch (any dtype/format) against reference floats (NCHW): f32 bit-exact, f16/bf16
+ * bit-exact with the reference rounded by the library's cast. Returns mismatches. */
+static int64_t compare_batch(dlt_tensor *x, const float *ref, int64_t rows) {
+    int64_t shape[4] = {rows, 3, 32, 32};
+    dlt_tensor *r32 = NULL, *rc = NULL;
+    if (dlt_tensor_from_host(g_ctx, DLT_F32, shape, 4, DLT_FORMAT_CONTIGUOUS, ref,
+                             (size_t)rows * IMG * sizeof(float), &r32) != DLT_OK)
+        return -1;
+    const dlt_tensor *want_t = r32;
+    if (dlt_tensor_dtype(x) != DLT_F32) {
+        if (dlt_tensor_cast(r32, dlt_tensor_dtype(x), &rc) != DLT_OK) return -1;
+        want_t = rc;
+    }
+    float *want = th_read_f32(want_t);
+    float *got = th_read_f32(x);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < rows * IMG; i++)
+        if (memcmp(&want[i], &got[i], sizeof(float)) != 0) {
+            if (bad < 3)
+                printf("# element %lld: got %.9g want %.9g\n", (long long)i, (double)got[i],
+                       (double)want[i]);
+            bad++;
+        }
+    free(want);
+    free(got);
+    dlt_tensor_release(r32);
+    dlt_tensor_release(rc);
+    return bad;
+}
+
+static int64_t label_at(dlt_tensor *y, int64_t i) {
+    double v = -1;
+    if (dlt_tensor_get(y, i, &v) != DLT_OK) return -1;
+    return (int64_t)v;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Tiny files in the binary format
+ * ------------------------------------------------------------------------------------- */
+
+static uint8_t pixel_byte(uint32_t file, uint32_t rec, uint32_t i) {
+    uint32_t h = file * 2654435761u ^ (rec + 1) * 40503u ^ i * 2246822519u;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return (uint8_t)h;
+}
+
+static void make_record(uint8_t *rec, uint32_t file, uint32_t r, uint8_t label) {
+    rec[0] = label;
+    for (uint32_t i = 0; i < IMG; i++) rec[1 + i] = pixel_byte(file, r, i);
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(data, 1, n, f) != n)) {
+        printf("# cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static void path_in(char *buf, size_t n, const char *dir, const char *name) {
+    snprintf(buf, n, "%s/%s", dir, name);
+}
+
+static void make_dir(char *out, size_t n, const char *name) {
+    snprintf(out, n, "%s/%s", g_root, name);
+    if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+        printf("# cannot create %s\n", out);
+        exit(1);
+    }
+}
+
+static void write_release(void) {
+    char p[400];
+    make_dir(g_rel, sizeof g_rel, "release");
+    uint8_t buf[7 * REC];
+    /* data_batch_1.bin: 7 records; data_batch_3.bin: 6 (batch 2 absent: "the files present") */
+    for (int r = 0; r < 7; r++) make_record(g_train[r], 1, (uint32_t)r, (uint8_t)((r * 3 + 1) % 10));
+    for (int r = 0; r < 6; r++) make_record(g_train[7 + r], 3, (uint32_t)r, (uint8_t)((r * 7 + 2) % 10));
+    for (int r = 0; r < 4; r++) make_record(g_test[r], 9, (uint32_t)r, (uint8_t)(9 - r));
+    for (int r = 0; r < 7; r++) memcpy(buf + r * REC, g_train[r], REC);
+    path_in(p, sizeof p, g_rel, "data_batch_1.bin");
+    write_bytes(p, buf, 7 * REC);
+    for (int r = 0; r < 6; r++) memcpy(buf + r * REC, g_train[7 + r], REC);
+    path_in(p, sizeof p, g_rel, "data_batch_3.bin");
+    write_bytes(p, buf, 6 * REC);
+    for (int r = 0; r < 4; r++) memcpy(buf + r * REC, g_test[r], REC);
+    path_in(p, sizeof p, g_rel, "test_batch.bin");
+    write_bytes(p, buf, 4 * REC);
+    /* CRLF on one line and trailing blank lines, as hand-edited files have */
+    const char *meta = "airplane\nautomobile\r\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n\n";
+    path_in(p, sizeof p, g_rel, "batches.meta.txt");
+    write_bytes(p, meta, strlen(meta));
+}
+
+static void remove_tree(const char *dir) {
+    char cmd[600];
+    if (strncmp(dir, "/tmp/dlt_data_", 14) != 0) return; /* only what this test made */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", dir);
+}
+
+static uint64_t live_allocs(void) {
+    uint64_t n = 0;
+    if (dlt_memory_stat(g_ctx, DLT_MEM_ALLOC_COUNT, &n) != DLT_OK) return UINT64_MAX;
+    return n;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Tests
+ * ------------------------------------------------------------------------------------- */
+
+static void test_reference_philox(void) {
+    /* Random123 known-answer vectors for philox4x32-10 */
+    uint32_t out[4];
+    uint32_t c0[4] = {0, 0, 0, 0}, k0[2] = {0, 0};
+    ref_philox4(c0, k0, out);
+    CHECK(out[0] == 0x6627e8d5u && out[1] == 0xe169c58du && out[2] == 0xbc57ac4cu &&
+          out[3] == 0x9b00dbd8u, "%08x %08x %08x %08x", out[0], out[1], out[2], out[3]);
+    uint32_t c1[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+    uint32_t k1[2] = {0xffffffffu, 0xffffffffu};
+    ref_philox4(c1, k1, out);
+    CHECK(out[0] == 0x408f276du && out[1] == 0x41c83b0eu && out[2] == 0xa20bc7c6u &&
+          out[3] == 0x6d5451fdu, "%08x %08x %08x %08x", out[0], out[1], out[2], out[3]);
+    uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u};
+    uint32_t k2[2] = {0xa4093822u, 0x299f31d0u};
+    ref_philox4(c2, k2, out);
+    CHECK(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u &&
+          out[3] == 0x24126ea1u, "%08x %08x %08x %08x", out[0], out[1], out[2], out[3]);
+}
+
+static void test_open_train(void) {
+    int64_t before = live_allocs();
+    dlt_dataset *ds = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TRAIN, &ds));
+    CHECK(dlt_dataset_size(ds) == 13, "size %lld", (long long)dlt_dataset_size(ds));
+    CHECK(dlt_dataset_num_classes(ds) == 10);
+    int hist_file[10] = {0}, hist_ds[10] = {0};
+    for (int i = 0; i < 13; i++) {
+        uint8_t pix[IMG];
+        int32_t label = -1;
+        memset(pix, 0xAB, sizeof pix);
+        CHECK_OK(dlt_dataset_get(ds, i, pix, sizeof pix, &label));
+        CHECK(memcmp(pix, g_train[i] + 1, IMG) == 0, "pixels of record %d", i);
+        CHECK(label == g_train[i][0], "record %d label %d vs %d", i, label, g_train[i][0]);
+        hist_file[g_train[i][0]]++;
+        if (label >= 0 && label < 10) hist_ds[label]++;
+    }
+    for (int c = 0; c < 10; c++) CHECK(hist_file[c] == hist_ds[c], "class %d", c);
+    /* first image: red plane row 0 starts right after the label byte */
+    uint8_t first[IMG];
+    CHECK_OK(dlt_dataset_get(ds, 0, first, sizeof first, NULL));
+    CHECK(first[0] == pixel_byte(1, 0, 0) && first[1024] == pixel_byte(1, 0, 1024) &&
+          first[3071] == pixel_byte(1, 0, 3071));
+    /* record 7 is the first record of data_batch_3.bin (data_batch_2.bin is absent) */
+    int32_t l7 = -1;
+    CHECK_OK(dlt_dataset_get(ds, 7, NULL, 0, &l7));
+    CHECK(l7 == 2, "label %d", l7);
+    CHECK_STATUS(dlt_dataset_get(ds, 13, first, sizeof first, NULL), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_dataset_get(ds, -1, first, sizeof first, NULL), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_dataset_get(ds, 0, first, 3071, NULL), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_dataset_get(NULL, 0, first, sizeof first, NULL), DLT_ERR_NULL_POINTER);
+    dlt_dataset_destroy(ds);
+    CHECK((int64_t)live_allocs() == before, "allocations left behind");
+    dlt_dataset_destroy(NULL);
+    CHECK(dlt_dataset_size(NULL) == 0 && dlt_dataset_num_classes(NULL) == 0);
+}
+
+static void test_open_test_split_and_file(void) {
+    dlt_dataset *ds = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TEST, &ds));
+    CHECK(dlt_dataset_size(ds) == 4);
+    for (int i = 0; i < 4; i++) {
+        uint8_t pix[IMG];
+        int32_t label = -1;
+        CHECK_OK(dlt_dataset_get(ds, i, pix, sizeof pix, &label));
+        CHECK(memcmp(pix, g_test[i] + 1, IMG) == 0 && label == 9 - i, "test record %d", i);
+    }
+    dlt_dataset_destroy(ds);
+    char p[400];
+    path_in(p, sizeof p, g_rel, "data_batch_3.bin");
+    CHECK_OK(dlt_cifar10_open_file(g_ctx, p, &ds));
+    CHECK(dlt_dataset_size(ds) == 6);
+    int32_t label = -1;
+    uint8_t pix[IMG];
+    CHECK_OK(dlt_dataset_get(ds, 5, pix, sizeof pix, &label));
+    CHECK(label == g_train[12][0] && memcmp(pix, g_train[12] + 1, IMG) == 0);
+    /* the names come from batches.meta.txt beside the file */
+    CHECK(strcmp(dlt_dataset_class_name(ds, 9), "truck") == 0);
+    dlt_dataset_destroy(ds);
+}
+
+static void test_class_names(void) {
+    static const char *want[10] = {"airplane", "automobile", "bird", "cat", "deer",
+                                   "dog", "frog", "horse", "ship", "truck"};
+    dlt_dataset *ds = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TRAIN, &ds));
+    for (int i = 0; i < 10; i++) {
+        const char *n = dlt_dataset_class_name(ds, i);
+        CHECK(n && strcmp(n, want[i]) == 0, "class %d: '%s'", i, n ? n : "(null)");
+    }
+    CHECK(dlt_dataset_class_name(ds, 10) == NULL && dlt_dataset_class_name(ds, -1) == NULL);
+    CHECK(dlt_dataset_class_name(NULL, 0) == NULL);
+    dlt_dataset_destroy(ds);
+    /* without batches.meta.txt: "class<i>" */
+    char dir[300], p[400];
+    make_dir(dir, sizeof dir, "nometa");
+    path_in(p, sizeof p, dir, "test_batch.bin");
+    write_bytes(p, g_test[0], REC);
+    CHECK_OK(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TEST, &ds));
+    CHECK(strcmp(dlt_dataset_class_name(ds, 3), "class3") == 0, "%s", dlt_dataset_class_name(ds, 3));
+    dlt_dataset_destroy(ds);
+}
+
+static void test_refusals(void) {
+    char dir[300], p[400];
+    uint8_t buf[3 * REC + 100];
+    dlt_dataset *ds = (dlt_dataset *)0x1;
+    uint64_t before = live_allocs();
+
+    /* truncated: 2 records and 100 bytes of a third */
+    make_dir(dir, sizeof dir, "truncated");
+    for (int r = 0; r < 3; r++) make_record(buf + r * REC, 5, (uint32_t)r, 1);
+    path_in(p, sizeof p, dir, "data_batch_1.bin");
+    write_bytes(p, buf, 2 * REC + 100);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TRAIN, &ds), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), p) && strstr(dlt_last_error(), "record 2") &&
+          strstr(dlt_last_error(), "3073"), "%s", dlt_last_error());
+    CHECK_STATUS(dlt_cifar10_open_file(g_ctx, p, &ds), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), p) != NULL, "%s", dlt_last_error());
+
+    /* a bad label in record 2 of the second file present */
+    make_dir(dir, sizeof dir, "badlabel");
+    path_in(p, sizeof p, dir, "data_batch_1.bin");
+    write_bytes(p, buf, 3 * REC);
+    buf[2 * REC] = 10;
+    path_in(p, sizeof p, dir, "data_batch_4.bin");
+    write_bytes(p, buf, 3 * REC);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TRAIN, &ds), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), p) && strstr(dlt_last_error(), "record 2") &&
+          strstr(dlt_last_error(), "label 10"), "%s", dlt_last_error());
+    buf[2 * REC] = 255;
+    write_bytes(p, buf, 3 * REC);
+    CHECK_STATUS(dlt_cifar10_open_file(g_ctx, p, &ds), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), "label 255") != NULL, "%s", dlt_last_error());
+
+    /* missing directory: the message names the path */
+    char missing[320];
+    snprintf(missing, sizeof missing, "%s/no_such_dir", g_root);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, missing, DLT_SPLIT_TRAIN, &ds), DLT_ERR_IO);
+    CHECK(strstr(dlt_last_error(), missing) != NULL, "%s", dlt_last_error());
+    CHECK_STATUS(dlt_cifar10_open_file(g_ctx, missing, &ds), DLT_ERR_IO);
+
+    /* empty directory: no batch file for either split */
+    make_dir(dir, sizeof dir, "empty");
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TRAIN, &ds), DLT_ERR_IO);
+    CHECK(strstr(dlt_last_error(), dir) && strstr(dlt_last_error(), "data_batch_1.bin"), "%s",
+          dlt_last_error());
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TEST, &ds), DLT_ERR_IO);
+    CHECK(strstr(dlt_last_error(), "test_batch.bin") != NULL, "%s", dlt_last_error());
+
+    /* a directory given where a file is expected, and a file where a directory is */
+    make_dir(dir, sizeof dir, "dirfile");
+    path_in(p, sizeof p, dir, "test_batch.bin");
+    CHECK(mkdir(p, 0700) == 0);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TEST, &ds), DLT_ERR_IO);
+    CHECK(strstr(dlt_last_error(), "regular file") != NULL, "%s", dlt_last_error());
+    path_in(p, sizeof p, g_rel, "test_batch.bin");
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, p, DLT_SPLIT_TEST, &ds), DLT_ERR_IO);
+
+    /* an empty file */
+    make_dir(dir, sizeof dir, "zerosize");
+    path_in(p, sizeof p, dir, "test_batch.bin");
+    write_bytes(p, buf, 0);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TEST, &ds), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), p) != NULL, "%s", dlt_last_error());
+
+    /* arguments */
+    CHECK_STATUS(dlt_cifar10_open(NULL, g_rel, 0, &ds), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, NULL, 0, &ds), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, g_rel, 0, NULL), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, g_rel, 2, &ds), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_cifar10_open_file(g_ctx, NULL, &ds), DLT_ERR_NULL_POINTER);
+    CHECK(ds == (dlt_dataset *)0x1, "out-pointer untouched on failure");
+    CHECK(live_allocs() == before, "refusals left allocations behind");
+}
+
+/* B = 5 over the 13 training records in file order: batches of 5, 5, 3 */
+static void test_loader_in_order(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *ld = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TRAIN, &ds));
+    CHECK_OK(dlt_loader_create(ds, 5, 0, 0, 7, &ld));
+    CHECK(dlt_loader_num_batches(ld) == 3 && dlt_loader_batch_size(ld) == 5);
+    ref_cfg cfg = {0};
+    cfg.seed = 7;
+    float ref[5 * IMG];
+    dlt_tensor *first_x = NULL;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        int64_t rows_seen = 0;
+        for (int b = 0; b < 3; b++) {
+            dlt_tensor *x = NULL, *y = NULL;
+            int32_t has = 0;
+            CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+            REQUIRE(has == 1 && x && y);
+            int64_t rows = b < 2 ? 5 : 3;
+            CHECK(dlt_tensor_dim(x, 0) == rows && dlt_tensor_dim(y, 0) == rows, "batch %d", b);
+            CHECK(dlt_tensor_dim(x, 1) == 3 && dlt_tensor_dim(x, 2) == 32 && dlt_tensor_dim(x, 3) == 32);
+            CHECK(dlt_tensor_dtype(x) == DLT_F32 && dlt_tensor_format(x) == DLT_FORMAT_CONTIGUOUS);
+            CHECK(dlt_tensor_dtype(y) == DLT_I64 && dlt_tensor_ndim(y) == 1);
+            if (b == 0 && epoch == 0) first_x = x;
+            if (b == 1) CHECK(x == first_x, "full batches reuse one buffer");
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t i = b * 5 + r;
+                ref_sample(g_train[i] + 1, epoch, i, &cfg, ref + r * IMG);
+                CHECK(label_at(y, r) == g_train[i][0], "epoch %d batch %d row %lld", epoch, b,
+                      (long long)r);
+            }
+            CHECK(compare_batch(x, ref, rows) == 0, "epoch %d batch %d", epoch, b);
+            rows_seen += rows;
+        }
+        CHECK(rows_seen == 13);
+        dlt_tensor *x = (dlt_tensor *)0x1, *y = (dlt_tensor *)0x1;
+        int32_t has = 7;
+        CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+        CHECK(has == 0 && x == NULL && y == NULL, "end of epoch %d", epoch);
+    }
+    /* ToTensor is byte / 255 in fp32: check a few values against double division too */
+    dlt_tensor *x = NULL, *y = NULL;
+    int32_t has = 0;
+    CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+    float *v = th_read_f32(x);
+    for (int i = 0; i < IMG; i++) {
+        double want = (double)g_train[0][1 + i] / 255.0;
+        CHECK(fabs((double)v[i] - want) <= 6e-8 * (want > 0 ? want : 1), "pixel %d", i);
+        if (fabs((double)v[i] - want) > 6e-8) break;
+    }
+    free(v);
+    dlt_loader_destroy(ld);
+    dlt_loader_destroy(NULL);
+    dlt_dataset_destroy(ds);
+}
+
+static void test_drop_last_and_partial(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *ld = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TRAIN, &ds));
+    CHECK_OK(dlt_loader_create(ds, 5, 0, 1, 0, &ld));
+    CHECK(dlt_loader_num_batches(ld) == 2);
+    int n = 0;
+    for (;;) {
+        dlt_tensor *x = NULL, *y = NULL;
+        int32_t has = 0;
+        CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+        if (!has) break;
+        CHECK(dlt_tensor_dim(x, 0) == 5);
+        n++;
+    }
+    CHECK(n == 2, "%d batches", n);
+    dlt_loader_destroy(ld);
+    /* a batch size that divides the set: no partial batch */
+    dlt_dataset *syn = NULL;
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 40, 10, 1, 0, &syn));
+    CHECK_OK(dlt_loader_create(syn, 8, 1, 0, 0, &ld));
+    CHECK(dlt_loader_num_batches(ld) == 5);
+    dlt_loader_destroy(ld);
+    CHECK_STATUS(dlt_loader_create(syn, 41, 0, 1, 0, &ld), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_OK(dlt_loader_create(syn, 41, 0, 0, 0, &ld));
+    CHECK(dlt_loader_num_batches(ld) == 1);
+    dlt_loader_destroy(ld);
+    dlt_dataset_destroy(syn);
+    /* PyTorch's CIFAR-10 epoch: 50,000 images at 256 = 195 full batches and one of 80 */
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 50000, 10, 3, 0, &syn));
+    CHECK_OK(dlt_loader_create(syn, 256, 1, 0, 5, &ld));
+    CHECK(dlt_loader_num_batches(ld) == 196);
+    CHECK_OK(dlt_loader_set_output(ld, DLT_F16, DLT_FORMAT_CHANNELS_LAST, DLT_I32));
+    int64_t batches = 0, last_rows = 0, total = 0;
+    for (;;) {
+        dlt_tensor *x = NULL, *y = NULL;
+        int32_t has = 0;
+        CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+        if (!has) break;
+        batches++;
+        last_rows = dlt_tensor_dim(x, 0);
+        total += last_rows;
+    }
+    CHECK(batches == 196 && last_rows == 80 && total == 50000, "%lld batches, last %lld",
+          (long long)batches, (long long)last_rows);
+    dlt_loader_destroy(ld);
+    CHECK_OK(dlt_loader_create(syn, 256, 1, 1, 5, &ld));
+    CHECK(dlt_loader_num_batches(ld) == 195);
+    dlt_loader_destroy(ld);
+    dlt_dataset_destroy(syn);
+    dlt_dataset_destroy(ds);
+}
+
+static void check_permutation(const int64_t *o, int64_t n, const char *what) {
+    char *seen = calloc((size_t)n, 1);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (o[i] < 0 || o[i] >= n || seen[o[i]]) bad++;
+        else seen[o[i]] = 1;
+    }
+    CHECK(bad == 0, "%s: %lld indices repeated or out of range", what, (long long)bad);
+    free(seen);
+}
+
+static void test_shuffle(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TRAIN, &ds));
+    CHECK_OK(dlt_loader_create(ds, 4, 1, 0, 42, &a));
+    CHECK_OK(dlt_loader_create(ds, 4, 1, 0, 42, &b));
+    CHECK_OK(dlt_loader_create(ds, 4, 1, 0, 43, &c));
+    int64_t oa0[13], oa1[13], ob0[13], oc0[13], ref[13];
+    CHECK_OK(dlt_loader_epoch_order(a, 0, oa0, 13));
+    CHECK_OK(dlt_loader_epoch_order(a, 1, oa1, 13));
+    CHECK_OK(dlt_loader_epoch_order(b, 0, ob0, 13));
+    CHECK_OK(dlt_loader_epoch_order(c, 0, oc0, 13));
+    check_permutation(oa0, 13, "epoch 0");
+    check_permutation(oa1, 13, "epoch 1");
+    CHECK(memcmp(oa0, ob0, sizeof oa0) == 0, "same seed and epoch: same order");
+    CHECK(memcmp(oa0, oa1, sizeof oa0) != 0, "epochs differ");
+    CHECK(memcmp(oa0, oc0, sizeof oa0) != 0, "seeds differ");
+    ref_order(42, 0, 13, ref);
+    CHECK(memcmp(oa0, ref, sizeof ref) == 0, "order of epoch 0 against the reference");
+    ref_order(42, 1, 13, ref);
+    CHECK(memcmp(oa1, ref, sizeof ref) == 0, "order of epoch 1 against the reference");
+
+    /* the batches follow the order: two epochs in a row, then an explicit epoch 6 */
+    ref_cfg cfg = {0};
+    cfg.seed = 42;
+    float refx[4 * IMG];
+    int64_t epochs[3] = {0, 1, 6};
+    for (int e = 0; e < 3; e++) {
+        int64_t order[13];
+        ref_order(42, epochs[e], 13, order);
+        if (e == 2) CHECK_OK(dlt_loader_start_epoch(a, 6));
+        int64_t pos = 0;
+        for (;;) {
+            dlt_tensor *x = NULL, *y = NULL;
+            int32_t has = 0;
+            CHECK_OK(dlt_loader_next(a, &x, &y, &has));
+            if (!has) break;
+            int64_t rows = dlt_tensor_dim(x, 0);
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t idx = order[pos + r];
+                ref_sample(g_train[idx] + 1, epochs[e], pos + r, &cfg, refx + r * IMG);
+                CHECK(label_at(y, r) == g_train[idx][0]);
+            }
+            CHECK(compare_batch(x, refx, rows) == 0, "epoch %lld position %lld",
+                  (long long)epochs[e], (long long)pos);
+            pos += rows;
+        }
+        CHECK(pos == 13, "epoch %lld covered %lld samples", (long long)epochs[e], (long long)pos);
+    }
+    /* a larger set: coverage and the reference order over several epochs */
+    dlt_dataset *syn = NULL;
+    dlt_loader *s = NULL;
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 5000, 10, 9, 0, &syn));
+    CHECK_OK(dlt_loader_create(syn, 100, 1, 0, UINT64_C(0xFEEDFACECAFEBEEF), &s));
+    int64_t *o = malloc(5000 * sizeof *o), *r = malloc(5000 * sizeof *r);
+    for (int64_t e = 0; e < 3; e++) {
+        CHECK_OK(dlt_loader_epoch_order(s, e, o, 5000));
+        check_permutation(o, 5000, "5000 samples");
+        ref_order(UINT64_C(0xFEEDFACECAFEBEEF), e, 5000, r);
+        CHECK(memcmp(o, r, 5000 * sizeof *o) == 0, "epoch %lld", (long long)e);
+    }
+    CHECK_STATUS(dlt_loader_epoch_order(s, 0, o, 4999), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_epoch_order(s, -1, o, 5000), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_epoch_order(s, 0, NULL, 5000), DLT_ERR_NULL_POINTER);
+    free(o);
+    free(r);
+    dlt_loader_destroy(s);
+    dlt_dataset_destroy(syn);
+    /* without shuffle the order is the identity */
+    dlt_loader *plain = NULL;
+    CHECK_OK(dlt_loader_create(ds, 4, 0, 0, 42, &plain));
+    CHECK_OK(dlt_loader_epoch_order(plain, 3, oa0, 13));
+    for (int i = 0; i < 13; i++) CHECK(oa0[i] == i);
+    dlt_loader_destroy(plain);
+    dlt_loader_destroy(a);
+    dlt_loader_destroy(b);
+    dlt_loader_destroy(c);
+    dlt_dataset_destroy(ds);
+}
+
+static void test_dtypes_and_formats(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *ld = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TRAIN, &ds));
+    CHECK_OK(dlt_loader_create(ds, 6, 1, 0, 11, &ld));
+    const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, stdv[3] = {0.2470f, 0.2435f, 0.2616f};
+    const int32_t dts[3] = {DLT_F32, DLT_F16, DLT_BF16};
+    const int32_t fmts[2] = {DLT_FORMAT_CONTIGUOUS, DLT_FORMAT_CHANNELS_LAST};
+    float ref[6 * IMG];
+    int64_t order[13];
+    for (int norm = 0; norm < 2; norm++)
+        for (int d = 0; d < 3; d++)
+            for (int f = 0; f < 2; f++) {
+                int32_t ldt = (d + f) % 2 ? DLT_I32 : DLT_I64;
+                CHECK_OK(dlt_loader_set_output(ld, dts[d], fmts[f], ldt));
+                CHECK_OK(dlt_loader_set_normalize(ld, norm ? mean : NULL, stdv));
+                ref_cfg cfg = {0};
+                cfg.seed = 11;
+                cfg.normalize = norm;
+                memcpy(cfg.mean, mean, sizeof mean);
+                memcpy(cfg.std, stdv, sizeof stdv);
+                int64_t epoch = 2 + norm * 6 + d * 2 + f;
+                CHECK_OK(dlt_loader_start_epoch(ld, epoch));
+                ref_order(11, epoch, 13, order);
+                int64_t pos = 0;
+                for (int b = 0; b < 3; b++) {
+                    dlt_tensor *x = NULL, *y = NULL;
+                    int32_t has = 0;
+                    CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+                    REQUIRE(has);
+                    int64_t rows = dlt_tensor_dim(x, 0);
+                    CHECK(rows == (b < 2 ? 6 : 1));
+                    CHECK(dlt_tensor_dtype(x) == dts[d] && dlt_tensor_format(x) == fmts[f]);
+                    CHECK(dlt_tensor_dtype(y) == ldt);
+                    for (int64_t r = 0; r < rows; r++) {
+                        ref_sample(g_train[order[pos + r]] + 1, epoch, pos + r, &cfg, ref + r * IMG);
+                        CHECK(label_at(y, r) == g_train[order[pos + r]][0]);
+                    }
+                    CHECK(compare_batch(x, ref, rows) == 0, "dtype %d format %d norm %d batch %d",
+                          dts[d], fmts[f], norm, b);
+                    pos += rows;
+                }
+            }
+    /* Normalize against float64 arithmetic: within a few fp32 ulps */
+    CHECK_OK(dlt_loader_set_output(ld, DLT_F32, DLT_FORMAT_CONTIGUOUS, DLT_I64));
+    CHECK_OK(dlt_loader_set_normalize(ld, mean, stdv));
+    CHECK_OK(dlt_loader_start_epoch(ld, 0));
+    ref_order(11, 0, 13, order);
+    dlt_tensor *x = NULL, *y = NULL;
+    int32_t has = 0;
+    CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+    float *v = th_read_f32(x);
+    double worst = 0;
+    for (int r = 0; r < 6; r++)
+        for (int i = 0; i < IMG; i++) {
+            int c = i / 1024;
+            double want = ((double)g_train[order[r]][1 + i] / 255.0 - (double)mean[c]) / (double)stdv[c];
+            double e = fabs((double)v[r * IMG + i] - want) / (fabs(want) > 1 ? fabs(want) : 1);
+            if (e > worst) worst = e;
+        }
+    CHECK(worst < 1e-6, "normalize relative error %g", worst);
+    free(v);
+
+    /* refusals */
+    float zero[3] = {0.5f, 0.0f, 0.5f}, nan3[3] = {NAN, 0, 0};
+    CHECK_STATUS(dlt_loader_set_normalize(ld, mean, zero), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_set_normalize(ld, nan3, stdv), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_set_normalize(ld, mean, NULL), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_set_normalize(NULL, mean, stdv), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_set_output(ld, DLT_I32, 0, DLT_I64), DLT_ERR_DTYPE);
+    CHECK_STATUS(dlt_loader_set_output(ld, DLT_F32, 7, DLT_I64), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_set_output(ld, DLT_F32, 0, DLT_F32), DLT_ERR_DTYPE);
+    CHECK_STATUS(dlt_loader_set_output(NULL, DLT_F32, 0, DLT_I64), DLT_ERR_NULL_POINTER);
+    dlt_loader_destroy(ld);
+    dlt_dataset_destroy(ds);
+}
+
+static void test_augment(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *ld = NULL;
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 70, 10, 5, 1, &ds));
+    uint8_t (*imgs)[IMG] = malloc(70 * sizeof *imgs);
+    int32_t labels[70];
+    for (int i = 0; i < 70; i++) CHECK_OK(dlt_dataset_get(ds, i, imgs[i], IMG, &labels[i]));
+    const uint64_t seed = 1234;
+    CHECK_OK(dlt_loader_create(ds, 16, 1, 0, seed, &ld));
+    CHECK_OK(dlt_loader_set_augment(ld, 4, 1));
+    const float mean[3] = {0.5f, 0.25f, 0.125f}, stdv[3] = {0.5f, 2.0f, 0.3f};
+    ref_cfg cfg = {0};
+    cfg.seed = seed;
+    cfg.pad = 4;
+    cfg.hflip = 1;
+    float *ref = malloc(16 * IMG * sizeof(float));
+    int flips = 0, crops[9] = {0}, zero_rows = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        /* pass 0-1: f32 NCHW, epochs 0 and 1; pass 2: normalised bf16 channels-last, epoch 4 */
+        int64_t epoch = pass < 2 ? pass : 4;
+        if (pass == 2) {
+            CHECK_OK(dlt_loader_set_output(ld, DLT_BF16, DLT_FORMAT_CHANNELS_LAST, DLT_I64));
+            CHECK_OK(dlt_loader_set_normalize(ld, mean, stdv));
+            CHECK_OK(dlt_loader_start_epoch(ld, 4));
+            cfg.normalize = 1;
+            memcpy(cfg.mean, mean, sizeof mean);
+            memcpy(cfg.std, stdv, sizeof stdv);
+        }
+        int64_t order[70];
+        ref_order(seed, epoch, 70, order);
+        int64_t pos = 0;
+        for (;;) {
+            dlt_tensor *x = NULL, *y = NULL;
+            int32_t has = 0;
+            CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+            if (!has) break;
+            int64_t rows = dlt_tensor_dim(x, 0);
+            for (int64_t r = 0; r < rows; r++) {
+                ref_sample(imgs[order[pos + r]], epoch, pos + r, &cfg, ref + r * IMG);
+                CHECK(label_at(y, r) == labels[order[pos + r]]);
+                uint32_t w[4];
+                ref_philox(seed + 0x9E3779B97F4A7C15ull, ((uint64_t)epoch << 32) + (uint64_t)(pos + r), w);
+                flips += (int)(w[2] & 1u);
+                crops[((uint64_t)w[0] * 9) >> 32]++;
+            }
+            CHECK(compare_batch(x, ref, rows) == 0, "epoch %lld position %lld", (long long)epoch,
+                  (long long)pos);
+            if (pass == 0) {
+                /* a crop drawn with top offset t < 4 starts with 4 - t rows of padding: 0.0 */
+                float *v = th_read_f32(x);
+                for (int64_t r = 0; r < rows; r++) {
+                    uint32_t w[4];
+                    ref_philox(seed + 0x9E3779B97F4A7C15ull, (uint64_t)(pos + r), w);
+                    int top = (int)(((uint64_t)w[0] * 9) >> 32);
+                    for (int yy = 0; yy < 4 - top; yy++)
+                        for (int xx = 0; xx < 32; xx++)
+                            CHECK(v[r * IMG + 1024 + yy * 32 + xx] == 0.0f, "padding row %d", yy);
+                    zero_rows += top < 4 ? 4 - top : 0;
+                }
+                free(v);
+            }
+            pos += rows;
+        }
+        CHECK(pos == 70);
+    }
+    /* the draws are not degenerate: both flips and every crop offset occur */
+    CHECK(flips > 50 && flips < 160, "%d flips in 210 samples", flips);
+    for (int k = 0; k < 9; k++) CHECK(crops[k] > 0, "crop row offset %d never drawn", k);
+    CHECK(zero_rows > 20, "only %d padding rows seen", zero_rows);
+    CHECK_STATUS(dlt_loader_set_augment(ld, -1, 0), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_set_augment(ld, 33, 0), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_set_augment(ld, 4, 2), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_set_augment(NULL, 4, 1), DLT_ERR_NULL_POINTER);
+    free(ref);
+    free(imgs);
+    dlt_loader_destroy(ld);
+    dlt_dataset_destroy(ds);
+}
+
+/* Replays: with the context marked as capturing the host position stays, the cursor in
+ * backend memory moves, and successive calls still walk through the epoch. */
+static void test_cursor_replay(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *eager = NULL, *replay = NULL;
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 50, 10, 2, 0, &ds));
+    CHECK_OK(dlt_loader_create(ds, 8, 1, 0, 3, &eager));
+    CHECK_OK(dlt_loader_create(ds, 8, 1, 0, 3, &replay));
+    CHECK_OK(dlt_loader_set_augment(eager, 2, 1));
+    CHECK_OK(dlt_loader_set_augment(replay, 2, 1));
+    /* warm-up: one eager batch each */
+    dlt_tensor *x = NULL, *y = NULL, *rx = NULL, *ry = NULL;
+    int32_t has = 0;
+    CHECK_OK(dlt_loader_next(eager, &x, &y, &has));
+    CHECK_OK(dlt_loader_next(replay, &rx, &ry, &has));
+    const dlt_data_cursor *cur = (const dlt_data_cursor *)dlt__data(replay->cursor);
+    CHECK(cur->batch == 1 && cur->epoch == 0 && replay->batch == 1);
+    g_ctx->capturing = 1;
+    dlt_tensor *captured_x = NULL;
+    for (int k = 1; k < 6; k++) { /* the 5 other full batches of 8 */
+        CHECK_OK(dlt_loader_next(replay, &rx, &ry, &has));
+        if (k == 1) captured_x = rx;
+        CHECK(rx == captured_x, "replays write the captured buffers");
+        CHECK(replay->batch == 1, "host position frozen while capturing");
+        CHECK(cur->batch == k + 1, "device cursor %lld after replay %d", (long long)cur->batch, k);
+        g_ctx->capturing = 0; /* eager work and host reads */
+        CHECK_OK(dlt_loader_next(eager, &x, &y, &has));
+        float *a = th_read_f32(x), *b = th_read_f32(rx);
+        REQUIRE(a && b);
+        CHECK(memcmp(a, b, 8 * IMG * sizeof(float)) == 0, "replay %d equals eager batch %d", k, k);
+        for (int r = 0; r < 8; r++) CHECK(label_at(y, r) == label_at(ry, r));
+        free(a);
+        free(b);
+        g_ctx->capturing = 1;
+    }
+    g_ctx->capturing = 0;
+    /* starting an epoch inside a capture is refused; eagerly it resets both positions */
+    g_ctx->capturing = 1;
+    CHECK_STATUS(dlt_loader_start_epoch(replay, 1), DLT_ERR_INVALID_STATE);
+    g_ctx->capturing = 0;
+    CHECK_OK(dlt_loader_start_epoch(replay, 1));
+    CHECK(cur->batch == 0 && cur->epoch == 1 && replay->batch == 0 && replay->epoch == 1);
+    /* a replay past the end of the epoch wraps around instead of reading out of bounds */
+    CHECK_OK(dlt_loader_start_epoch(replay, 0));
+    g_ctx->capturing = 1;
+    for (int k = 0; k < 9; k++) CHECK_OK(dlt_loader_next(replay, &rx, &ry, &has));
+    g_ctx->capturing = 0;
+    CHECK(cur->batch == 9);
+    int64_t order[50];
+    ref_order(3, 0, 50, order);
+    int32_t lab = -1;
+    CHECK_OK(dlt_dataset_get(ds, order[(8 * 8) % 50], NULL, 0, &lab));
+    CHECK(label_at(ry, 0) == lab, "wrapped row");
+    dlt_loader_destroy(eager);
+    dlt_loader_destroy(replay);
+    dlt_dataset_destroy(ds);
+}
+
+static void test_synthetic(void) {
+    dlt_dataset *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 300, 10, 77, 1, &a));
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 300, 10, 77, 1, &b));
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 300, 10, 78, 1, &c));
+    CHECK(dlt_dataset_size(a) == 300 && dlt_dataset_num_classes(a) == 10);
+    CHECK(strcmp(dlt_dataset_class_name(a, 7), "class7") == 0);
+    uint8_t (*img)[IMG] = malloc(300 * sizeof *img);
+    int32_t lab[300];
+    int hist[10] = {0}, same_b = 1, same_c = 1;
+    for (int i = 0; i < 300; i++) {
+        uint8_t other[IMG];
+        int32_t lb = -1, lc = -1;
+        CHECK_OK(dlt_dataset_get(a, i, img[i], IMG, &lab[i]));
+        CHECK_OK(dlt_dataset_get(b, i, other, IMG, &lb));
+        if (memcmp(other, img[i], IMG) != 0 || lb != lab[i]) same_b = 0;
+        CHECK_OK(dlt_dataset_get(c, i, other, IMG, &lc));
+        if (memcmp(other, img[i], IMG) != 0) same_c = 0;
+        REQUIRE(lab[i] >= 0 && lab[i] < 10, "label %d", lab[i]);
+        hist[lab[i]]++;
+    }
+    CHECK(same_b, "same seed, same dataset");
+    CHECK(!same_c, "another seed, another dataset");
+    for (int k = 0; k < 10; k++) CHECK(hist[k] >= 12 && hist[k] <= 50, "class %d: %d", k, hist[k]);
+    /* learnable: a nearest-class-mean classifier fitted on the first half separates the
+     * second half */
+    double (*mean)[IMG] = calloc(10, sizeof *mean);
+    int cnt[10] = {0};
+    for (int i = 0; i < 150; i++) {
+        for (int p = 0; p < IMG; p++) mean[lab[i]][p] += img[i][p];
+        cnt[lab[i]]++;
+    }
+    int right = 0;
+    for (int k = 0; k < 10; k++)
+        for (int p = 0; p < IMG && cnt[k]; p++) mean[k][p] /= cnt[k];
+    for (int i = 150; i < 300; i++) {
+        int best = -1;
+        double bd = 0;
+        for (int k = 0; k < 10; k++) {
+            if (!cnt[k]) continue;
+            double d = 0;
+            for (int p = 0; p < IMG; p++) d += (img[i][p] - mean[k][p]) * (img[i][p] - mean[k][p]);
+            if (best < 0 || d < bd) {
+                best = k;
+                bd = d;
+            }
+        }
+        right += best == lab[i];
+    }
+    CHECK(right >= 140, "nearest-mean accuracy %d/150", right);
+    dlt_dataset_destroy(a);
+    dlt_dataset_destroy(b);
+    dlt_dataset_destroy(c);
+    /* learnable = 0: uniform noise bytes (mean 127.5, sd 73.9) */
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 40, 1000, 5, 0, &a));
+    double sum = 0, sq = 0;
+    for (int i = 0; i < 40; i++) {
+        int32_t l = -1;
+        CHECK_OK(dlt_dataset_get(a, i, img[0], IMG, &l));
+        CHECK(l >= 0 && l < 1000);
+        for (int p = 0; p < IMG; p++) {
+            sum += img[0][p];
+            sq += (double)img[0][p] * img[0][p];
+        }
+    }
+    double n = 40.0 * IMG, m = sum / n, sd = sqrt(sq / n - m * m);
+    CHECK(fabs(m - 127.5) < 1.5 && fabs(sd - 73.9) < 1.5, "mean %g sd %g", m, sd);
+    dlt_dataset_destroy(a);
+    free(img);
+    free(mean);
+    dlt_dataset *d = (dlt_dataset *)0x1;
+    CHECK_STATUS(dlt_synthetic_dataset_create(g_ctx, 0, 10, 1, 0, &d), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_synthetic_dataset_create(g_ctx, 10, 0, 1, 0, &d), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_synthetic_dataset_create(g_ctx, 10, 65537, 1, 0, &d), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_synthetic_dataset_create(g_ctx, 10, 10, 1, 2, &d), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_synthetic_dataset_create(NULL, 10, 10, 1, 0, &d), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_synthetic_dataset_create(g_ctx, 10, 10, 1, 0, NULL), DLT_ERR_NULL_POINTER);
+    CHECK(d == (dlt_dataset *)0x1);
+}
+
+static void test_loader_refusals(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *ld = (dlt_loader *)0x1;
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 10, 10, 1, 0, &ds));
+    CHECK_STATUS(dlt_loader_create(NULL, 4, 0, 0, 0, &ld), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_create(ds, 4, 0, 0, 0, NULL), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_create(ds, 0, 0, 0, 0, &ld), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_create(ds, -3, 0, 0, 0, &ld), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_create(ds, 4, 2, 0, 0, &ld), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_create(ds, 4, 0, -1, 0, &ld), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(ld == (dlt_loader *)0x1);
+    CHECK_OK(dlt_loader_create(ds, 4, 0, 0, 0, &ld));
+    dlt_tensor *x = NULL, *y = NULL;
+    int32_t has = 0;
+    CHECK_STATUS(dlt_loader_next(NULL, &x, &y, &has), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_next(ld, NULL, &y, &has), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_next(ld, &x, NULL, &has), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_next(ld, &x, &y, NULL), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_loader_start_epoch(ld, -1), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_start_epoch(NULL, 0), DLT_ERR_NULL_POINTER);
+    CHECK(dlt_loader_num_batches(NULL) == 0 && dlt_loader_batch_size(NULL) == 0);
+    double acc = 0;
+    CHECK_STATUS(dlt_evaluate_accuracy(NULL, ld, &acc), DLT_ERR_NULL_POINTER);
+    dlt_loader_destroy(ld);
+    dlt_dataset_destroy(ds);
+}
+
+/* Every allocation of every constructor fails once in turn: the status is an out-of-memory
+ * one with a message, the out-pointer is untouched, and nothing stays allocated. */
+static void test_allocation_failures(void) {
+    for (int what = 0; what < 6; what++) {
+        int succeeded = 0;
+        for (int64_t k = 1; k < 200 && !succeeded; k++) {
+            dlt_dataset *ds = NULL;
+            dlt_loader *ld = NULL;
+            if (what >= 2) {
+                CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 30, 10, 1, 1, &ds));
+                if (what >= 3) CHECK_OK(dlt_loader_create(ds, 8, 1, 0, 1, &ld));
+            }
+            uint64_t before = live_allocs();
+            dlt_dataset *made = (dlt_dataset *)0x1;
+            dlt_loader *made_ld = (dlt_loader *)0x1;
+            int64_t order[30];
+            dlt_tensor *x = NULL, *y = NULL;
+            int32_t has = 0;
+            CHECK_OK(dlt_testing_fail_alloc(g_ctx, k));
+            dlt_status st;
+            switch (what) {
+            case 0: st = dlt_cifar10_open(g_ctx, g_rel, DLT_SPLIT_TRAIN, &made); break;
+            case 1: st = dlt_synthetic_dataset_create(g_ctx, 2000, 10, 1, 1, &made); break;
+            case 2: st = dlt_loader_create(ds, 7, 1, 0, 1, &made_ld); break;
+            case 3: st = dlt_loader_set_output(ld, DLT_F16, DLT_FORMAT_CHANNELS_LAST, DLT_I32); break;
+            case 4: st = dlt_loader_next(ld, &x, &y, &has); break;
+            default: st = dlt_loader_epoch_order(ld, 3, order, 30); break;
+            }
+            CHECK_OK(dlt_testing_fail_alloc(g_ctx, 0));
+            if (st == DLT_OK) {
+                succeeded = 1;
+                if (what <= 1) dlt_dataset_destroy(made);
+                if (what == 2) dlt_loader_destroy(made_ld);
+            } else {
+                CHECK(st == DLT_ERR_OUT_OF_MEMORY || st == DLT_ERR_DEVICE_OUT_OF_MEMORY,
+                      "case %d failure %lld: %d %s", what, (long long)k, st, dlt_last_error());
+                CHECK(dlt_last_error()[0] != '\0');
+                CHECK(made == (dlt_dataset *)0x1 && made_ld == (dlt_loader *)0x1);
+                CHECK(live_allocs() == before, "case %d failure %lld leaked", what, (long long)k);
+            }
+            if (what == 3 || what == 4) {
+                /* the loader still works after the failure */
+                CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+                CHECK(has == 1 && dlt_tensor_dim(x, 0) == 8);
+            }
+            dlt_loader_destroy(ld);
+            dlt_dataset_destroy(ds);
+        }
+        CHECK(succeeded, "case %d never succeeded", what);
+    }
+}
+
+/* Flatten + Linear(3072 -> 10) whose logit k is pixel k of the red row 0: the prediction
+ * is the brightest of the first 10 red pixels. */
+static void test_evaluate(void) {
+    char dir[300], p[400];
+    make_dir(dir, sizeof dir, "eval");
+    enum { N = 13 };
+    uint8_t recs[N * REC];
+    int expect_right = 0;
+    for (int r = 0; r < N; r++) {
+        uint8_t *rec = recs + r * REC;
+        make_record(rec, 11, (uint32_t)r, 0);
+        int arg = (r * 3) % 10;
+        for (int k = 0; k < 10; k++) rec[1 + k] = (uint8_t)(10 + 20 * k % 97); /* distinct, < 200 */
+        rec[1 + arg] = 250;
+        rec[0] = (uint8_t)(r % 3 ? arg : (arg + 1) % 10);
+        expect_right += r % 3 != 0;
+    }
+    path_in(p, sizeof p, dir, "test_batch.bin");
+    write_bytes(p, recs, sizeof recs);
+    dlt_dataset *ds = NULL;
+    dlt_loader *ld = NULL;
+    dlt_module *seq = NULL, *flat = NULL, *fc = NULL;
+    CHECK_OK(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TEST, &ds));
+    CHECK_OK(dlt_loader_create(ds, 4, 0, 0, 0, &ld));
+    CHECK_OK(dlt_sequential_create(g_ctx, &seq));
+    CHECK_OK(dlt_flatten_create(g_ctx, &flat));
+    CHECK_OK(dlt_sequential_append(seq, NULL, flat));
+    CHECK_OK(dlt_linear_create(g_ctx, IMG, 10, 0, &fc));
+    CHECK_OK(dlt_sequential_append(seq, NULL, fc));
+    dlt_tensor *w = NULL;
+    CHECK_OK(dlt_module_find(seq, "1.weight", &w));
+    float *wv = calloc(10 * IMG, sizeof(float));
+    for (int k = 0; k < 10; k++) wv[k * IMG + k] = 1.0f;
+    CHECK_OK(dlt_tensor_copy_from_host(w, wv, 10 * IMG * sizeof(float)));
+    free(wv);
+    CHECK_OK(dlt_module_set_training(seq, 1));
+    double acc = -1;
+    CHECK_OK(dlt_evaluate_accuracy(seq, ld, &acc));
+    CHECK_NEAR(acc, (double)expect_right / N, 1e-12);
+    CHECK(dlt_module_is_training(seq) == 1, "training mode restored");
+    CHECK(dlt_grad_is_enabled(g_ctx) == 1, "grad mode restored");
+    int64_t nodes = -1;
+    CHECK_OK(dlt_tape_live_nodes(g_ctx, &nodes));
+    CHECK(nodes == 0, "%lld nodes recorded during evaluation", (long long)nodes);
+    /* again with grad off and eval mode: both stay; int32 labels */
+    int32_t prev = 0;
+    CHECK_OK(dlt_grad_set_enabled(g_ctx, 0, &prev));
+    CHECK_OK(dlt_module_set_training(seq, 0));
+    CHECK_OK(dlt_loader_set_output(ld, DLT_F32, DLT_FORMAT_CONTIGUOUS, DLT_I32));
+    acc = -1;
+    CHECK_OK(dlt_evaluate_accuracy(seq, ld, &acc));
+    CHECK_NEAR(acc, (double)expect_right / N, 1e-12);
+    CHECK(dlt_module_is_training(seq) == 0 && dlt_grad_is_enabled(g_ctx) == 0);
+    CHECK_OK(dlt_grad_set_enabled(g_ctx, 1, NULL));
+    CHECK_STATUS(dlt_evaluate_accuracy(seq, NULL, &acc), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_evaluate_accuracy(seq, ld, NULL), DLT_ERR_NULL_POINTER);
+    dlt_module_destroy(seq);
+    dlt_loader_destroy(ld);
+    dlt_dataset_destroy(ds);
+}
+
+/* ---- the real subset ---- */
+
+static int real_dir(char *buf, size_t n) {
+    const char *env = getenv("DLT_CIFAR10_DIR");
+    if (env && env[0]) {
+        snprintf(buf, n, "%s", env);
+    } else {
+        const char *root = getenv("DLT_SOURCE_ROOT");
+        if (!root) return 0;
+        snprintf(buf, n, "%s/../shared/data/cifar10-subset", root);
+    }
+    char p[600];
+    snprintf(p, sizeof p, "%s/data_batch_1.bin", buf);
+    return access(p, R_OK) == 0;
+}
+
+static uint8_t *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *d = malloc((size_t)len);
+    if (fread(d, 1, (size_t)len, f) != (size_t)len) {
+        free(d);
+        d = NULL;
+    }
+    fclose(f);
+    *n = (size_t)len;
+    return d;
+}
+
+static void test_real_subset(void) {
+    char dir[512], p[600];
+    if (!real_dir(dir, sizeof dir)) SKIP("CIFAR-10 subset not found (set DLT_CIFAR10_DIR)");
+    static const char *names[10] = {"airplane", "automobile", "bird", "cat", "deer",
+                                    "dog", "frog", "horse", "ship", "truck"};
+    static const int known_hist[10] = {1005, 974, 1032, 1016, 999, 937, 1030, 1001, 1025, 981};
+    for (int split = 0; split < 2; split++) {
+        snprintf(p, sizeof p, "%s/%s", dir, split == 0 ? "data_batch_1.bin" : "test_batch.bin");
+        size_t len = 0;
+        uint8_t *bytes = read_file(p, &len);
+        REQUIRE(bytes != NULL, "cannot read %s", p);
+        int64_t want_n = split == 0 ? 10000 : 1000;
+        REQUIRE(len == (size_t)want_n * REC, "%s has %zu bytes", p, len);
+        dlt_dataset *ds = NULL;
+        CHECK_OK(dlt_cifar10_open(g_ctx, dir, split, &ds));
+        CHECK(dlt_dataset_size(ds) == want_n, "%lld", (long long)dlt_dataset_size(ds));
+        for (int c = 0; c < 10; c++) CHECK(strcmp(dlt_dataset_class_name(ds, c), names[c]) == 0);
+        int hist_file[10] = {0}, hist_ds[10] = {0};
+        for (int64_t i = 0; i < want_n; i++) {
+            int32_t l = -1;
+            CHECK_OK(dlt_dataset_get(ds, i, NULL, 0, &l));
+            hist_file[bytes[i * REC]]++;
+            if (l >= 0 && l < 10) hist_ds[l]++;
+        }
+        for (int c = 0; c < 10; c++) {
+            CHECK(hist_ds[c] == hist_file[c], "split %d class %d: %d vs %d", split, c, hist_ds[c],
+                  hist_file[c]);
+            if (split == 0) CHECK(hist_ds[c] == known_hist[c], "class %d: %d", c, hist_ds[c]);
+        }
+        uint8_t pix[IMG];
+        int32_t l0 = -1;
+        CHECK_OK(dlt_dataset_get(ds, 0, pix, sizeof pix, &l0));
+        CHECK(memcmp(pix, bytes + 1, IMG) == 0 && l0 == bytes[0]);
+        if (split == 0) /* the official first image: a frog, red row 0 starts 59 43 50 68 */
+            CHECK(l0 == 6 && pix[0] == 59 && pix[1] == 43 && pix[2] == 50 && pix[3] == 68 &&
+                  pix[1024] == 62, "label %d pixels %d %d", l0, pix[0], pix[1]);
+        else
+            CHECK(l0 == 3 && pix[0] == 158 && pix[1] == 159, "label %d pixel %d", l0, pix[0]);
+        int64_t last = want_n - 1;
+        CHECK_OK(dlt_dataset_get(ds, last, pix, sizeof pix, &l0));
+        CHECK(memcmp(pix, bytes + last * REC + 1, IMG) == 0 && l0 == bytes[last * REC]);
+        /* the loader over the test split: 1000 at 256 = 3 x 256 + 232 */
+        if (split == 1) {
+            dlt_loader *ld = NULL;
+            CHECK_OK(dlt_loader_create(ds, 256, 0, 0, 0, &ld));
+            CHECK(dlt_loader_num_batches(ld) == 4);
+            float *ref = malloc(256 * IMG * sizeof(float));
+            ref_cfg cfg = {0};
+            int64_t pos = 0;
+            for (;;) {
+                dlt_tensor *x = NULL, *y = NULL;
+                int32_t has = 0;
+                CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+                if (!has) break;
+                int64_t rows = dlt_tensor_dim(x, 0);
+                for (int64_t r = 0; r < rows; r++)
+                    ref_sample(bytes + (pos + r) * REC + 1, 0, pos + r, &cfg, ref + r * IMG);
+                CHECK(compare_batch(x, ref, rows) == 0, "batch at %lld", (long long)pos);
+                CHECK(label_at(y, rows - 1) == bytes[(pos + rows - 1) * REC]);
+                pos += rows;
+            }
+            CHECK(pos == 1000);
+            free(ref);
+            dlt_loader_destroy(ld);
+        }
+        free(bytes);
+        dlt_dataset_destroy(ds);
+    }
+}
+
+int main(void) {
+    snprintf(g_root, sizeof g_root, "/tmp/dlt_data_XXXXXX");
+    if (!mkdtemp(g_root)) {
+        printf("# cannot create a temporary directory\n");
+        return 1;
+    }
+    g_ctx = th_cpu_ctx();
+    write_release();
+    RUN(test_reference_philox);
+    RUN(test_open_train);
+    RUN(test_open_test_split_and_file);
+    RUN(test_class_names);
+    RUN(test_refusals);
+    RUN(test_loader_in_order);
+    RUN(test_drop_last_and_partial);
+    RUN(test_shuffle);
+    RUN(test_dtypes_and_formats);
+    RUN(test_augment);
+    RUN(test_cursor_replay);
+    RUN(test_synthetic);
+    RUN(test_loader_refusals);
+    RUN(test_allocation_failures);
+    RUN(test_evaluate);
+    RUN(test_real_subset);
+    int64_t live = 0;
+    if (dlt_memory_stat(g_ctx, DLT_MEM_ALLOC_COUNT, (uint64_t *)&live) == DLT_OK && live != 0)
+        printf("# %lld allocations still live at exit\n", (long long)live);
+    dlt_ctx_destroy(g_ctx);
+    remove_tree(g_root);
+    return th_done();
+}
