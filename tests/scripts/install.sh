@@ -12,7 +12,7 @@ root="$tmp/dest$prefix"
 pc=$(find "$root" -name dltrain.pc | head -1)
 # The .pc names the real prefix; point it at the staged copy.
 sed -i "s|^prefix=.*|prefix=$root|" "$pc"
-export PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 cat > "$tmp/app.c" <<'APP'
 #include <dltrain.h>
 #include <stdio.h>

@@ -1,0 +1,291 @@
+/*
+ * bench.c - times the ResNet50 training step (batch production, forward, backward,
+ * GradScaler, SGD) the way ../shared/anchors/torch_resnet50.py times PyTorch's, so the two
+ * can be printed side by side (scripts/bench_vs_torch.sh).
+ *
+ * For every configuration (batch x precision x memory format x eager/graph): a fresh model
+ * (1000 classes, as torchvision's default and the anchor), synthetic data resident on the
+ * device, `--warmup` steps, then `--blocks` blocks of `--steps` steps timed with device
+ * events; ms/step is the median over blocks. Also: images/s, epoch time for 50,000 images,
+ * peak memory during the timed steps, time from model creation to the end of the first step,
+ * and the number of nodes of the captured graph.
+ *
+ *   bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] [--mode eager,graph]
+ *         [--steps 20] [--blocks 5] [--warmup 5] [--classes 1000] [--device cuda|cpu] [--json]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <dltrain.h>
+
+#define MAXV 8
+
+typedef struct bench_cfg {
+    int64_t batch;
+    int32_t amp;    /* DLT_F16 (+ scaler) or DLT_BF16 (no scaler) */
+    int32_t format; /* DLT_FORMAT_* */
+    int graph;
+} bench_cfg;
+
+typedef struct step_state {
+    dlt_ctx *ctx;
+    dlt_module *model;
+    dlt_optimizer *opt;
+    dlt_grad_scaler *scaler;
+    dlt_loader *loader;
+    int32_t amp;
+    dlt_tensor *loss_out; /* persistent copy of the last loss */
+} step_state;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        dlt_status s_ = (call);                                                               \
+        if (s_ != DLT_OK) return s_;                                                          \
+    } while (0)
+
+/* One training step, as the seed's loop body (plus taking the batch). */
+static dlt_status train_step(void *user) {
+    step_state *s = user;
+    dlt_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL, *scaled = NULL;
+    int32_t has = 0;
+    CK(dlt_loader_next(s->loader, &x, &y, &has));
+    if (!has) return DLT_ERR_INVALID_STATE;
+    CK(dlt_optimizer_zero_grad(s->opt, 1));
+    CK(dlt_autocast_begin(s->ctx, s->amp));
+    dlt_status st = dlt_module_forward(s->model, x, &logits);
+    if (st == DLT_OK) st = dlt_cross_entropy(logits, y, -100, DLT_REDUCTION_MEAN, &loss);
+    dlt_status st2 = dlt_autocast_end(s->ctx);
+    dlt_tensor_release(logits);
+    if (st == DLT_OK) st = st2;
+    if (st == DLT_OK) st = dlt_grad_scaler_scale(s->scaler, loss, &scaled);
+    if (st == DLT_OK) st = dlt_backward(scaled, NULL);
+    if (st == DLT_OK) st = dlt_grad_scaler_step(s->scaler, s->opt);
+    if (st == DLT_OK) st = dlt_grad_scaler_update(s->scaler);
+    if (st == DLT_OK) st = dlt_tensor_copy(s->loss_out, loss);
+    dlt_tensor_release(scaled);
+    dlt_tensor_release(loss);
+    return st;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct result {
+    double ms, first_s, peak_mib, loss;
+    int64_t nodes;
+    int captured;
+    dlt_status status;
+    char err[256];
+} result;
+
+static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int steps, int blocks, int warmup,
+                    result *r) {
+    memset(r, 0, sizeof *r);
+    dlt_ctx *ctx = NULL;
+    dlt_dataset *ds = NULL;
+    step_state s;
+    memset(&s, 0, sizeof s);
+    dlt_tensor **params = NULL;
+    dlt_graph *g = NULL;
+    dlt_event *e0 = NULL, *e1 = NULL;
+    double times[64];
+    dlt_status st;
+#define RUN(call)                                                                             \
+    do {                                                                                      \
+        st = (call);                                                                          \
+        if (st != DLT_OK) goto done;                                                          \
+    } while (0)
+    RUN(dlt_ctx_create(device, 0, DLT_ABI_VERSION, &ctx));
+    RUN(dlt_ctx_set_seed(ctx, 0));
+    s.ctx = ctx;
+    s.amp = c->amp;
+    /* enough images for the warm-up and the timed steps within one epoch */
+    int64_t need = c->batch * (int64_t)(warmup + steps * blocks + 8);
+    RUN(dlt_synthetic_dataset_create(ctx, need, 10, 1, 0, &ds));
+    RUN(dlt_loader_create(ds, c->batch, 1, 1, 0, &s.loader));
+    RUN(dlt_loader_set_output(s.loader, c->amp, c->format, DLT_I64));
+    double t0 = now_s();
+    RUN(dlt_resnet50_create(ctx, classes, &s.model));
+    if (c->format == DLT_FORMAT_CHANNELS_LAST) RUN(dlt_module_set_format(s.model, c->format));
+    int32_t np = dlt_module_num_params(s.model);
+    params = calloc((size_t)np, sizeof *params);
+    RUN(dlt_module_params(s.model, params, np, NULL));
+    RUN(dlt_sgd_create(params, np, 0.01, 0.0, 0.0, 0.0, 0, 0, &s.opt));
+    RUN(dlt_grad_scaler_create(ctx, 65536.0, 2.0, 0.5, 2000, c->amp == DLT_F16, &s.scaler));
+    RUN(dlt_tensor_zeros(ctx, DLT_F32, NULL, 0, 0, &s.loss_out));
+    RUN(dlt_loader_start_epoch(s.loader, 0));
+    RUN(train_step(&s));
+    RUN(dlt_ctx_synchronize(ctx));
+    r->first_s = now_s() - t0;
+    for (int i = 1; i < warmup; i++) RUN(train_step(&s));
+    if (c->graph) {
+        RUN(dlt_graph_create(ctx, train_step, &s, 2, &g));
+        r->captured = dlt_graph_is_captured(g);
+        r->nodes = dlt_graph_num_nodes(g);
+        RUN(dlt_graph_run(g));
+    }
+    RUN(dlt_ctx_synchronize(ctx));
+    RUN(dlt_memory_reset_peak(ctx));
+    RUN(dlt_event_create(ctx, &e0));
+    RUN(dlt_event_create(ctx, &e1));
+    for (int b = 0; b < blocks && b < 64; b++) {
+        RUN(dlt_event_record(e0));
+        for (int i = 0; i < steps; i++) RUN(c->graph ? dlt_graph_run(g) : train_step(&s));
+        RUN(dlt_event_record(e1));
+        RUN(dlt_event_elapsed_ms(e0, e1, &times[b]));
+        times[b] /= steps;
+    }
+    qsort(times, (size_t)blocks, sizeof times[0], cmp_d);
+    r->ms = times[blocks / 2];
+    uint64_t peak = 0;
+    RUN(dlt_memory_stat(ctx, DLT_MEM_PEAK_ALLOCATED, &peak));
+    r->peak_mib = peak / 1048576.0;
+    RUN(dlt_tensor_item(s.loss_out, &r->loss));
+done:
+    r->status = st;
+    if (st != DLT_OK) snprintf(r->err, sizeof r->err, "%s", dlt_last_error());
+#undef RUN
+    dlt_event_destroy(e0);
+    dlt_event_destroy(e1);
+    dlt_graph_destroy(g);
+    dlt_tensor_release(s.loss_out);
+    dlt_grad_scaler_destroy(s.scaler);
+    dlt_optimizer_destroy(s.opt);
+    free(params);
+    dlt_module_destroy(s.model);
+    dlt_loader_destroy(s.loader);
+    dlt_dataset_destroy(ds);
+    dlt_ctx_destroy(ctx);
+}
+
+/* "64,256" -> values; returns count */
+static int parse_list(const char *s, int64_t *out) {
+    int n = 0;
+    while (*s && n < MAXV) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 1) return -1;
+        out[n++] = v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] "
+                    "[--mode eager,graph] [--steps N] [--blocks N] [--warmup N] [--classes N] "
+                    "[--device cuda|cpu] [--json]\n");
+}
+
+int main(int argc, char **argv) {
+    int64_t batches[MAXV] = {256};
+    int nb = 1;
+    int32_t amps[2] = {DLT_F16, DLT_BF16}, formats[2] = {DLT_FORMAT_CHANNELS_LAST, DLT_FORMAT_CONTIGUOUS};
+    int na = 2, nf = 1, modes[2] = {0, 1}, nm = 2;
+    int steps = 20, blocks = 5, warmup = 5, json = 0;
+    int64_t classes = 1000;
+    int32_t device = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (!v) {
+            usage();
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--batch")) {
+            nb = parse_list(v, batches);
+            if (nb < 1) return usage(), 2;
+        } else if (!strcmp(a, "--amp")) {
+            na = 0;
+            if (strstr(v, "fp16")) amps[na++] = DLT_F16;
+            if (strstr(v, "bf16")) amps[na++] = DLT_BF16;
+            if (!na) return usage(), 2;
+        } else if (!strcmp(a, "--format")) {
+            nf = 0;
+            if (strstr(v, "nhwc")) formats[nf++] = DLT_FORMAT_CHANNELS_LAST;
+            if (strstr(v, "nchw")) formats[nf++] = DLT_FORMAT_CONTIGUOUS;
+            if (!nf) return usage(), 2;
+        } else if (!strcmp(a, "--mode")) {
+            nm = 0;
+            if (strstr(v, "eager")) modes[nm++] = 0;
+            if (strstr(v, "graph")) modes[nm++] = 1;
+            if (!nm) return usage(), 2;
+        } else if (!strcmp(a, "--steps")) {
+            steps = atoi(v);
+        } else if (!strcmp(a, "--blocks")) {
+            blocks = atoi(v);
+        } else if (!strcmp(a, "--warmup")) {
+            warmup = atoi(v);
+        } else if (!strcmp(a, "--classes")) {
+            classes = atoll(v);
+        } else if (!strcmp(a, "--device")) {
+            device = !strcmp(v, "cpu") ? DLT_DEVICE_CPU : DLT_DEVICE_CUDA;
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (steps < 1 || blocks < 1 || blocks > 64 || warmup < 1 || classes < 1) return usage(), 2;
+    int32_t ngpu = 0;
+    if (dlt_cuda_device_count(&ngpu) != DLT_OK) ngpu = 0;
+    if (device < 0) device = ngpu > 0 ? DLT_DEVICE_CUDA : DLT_DEVICE_CPU;
+    char name[256] = "cpu";
+    dlt_ctx *probe = NULL;
+    if (dlt_ctx_create(device, 0, DLT_ABI_VERSION, &probe) == DLT_OK) {
+        (void)dlt_ctx_device_name(probe, name, sizeof name);
+        dlt_ctx_destroy(probe);
+    }
+    printf("# libdltrain %s bench on %s: resnet50 (%lld classes), 32x32, SGD lr 0.01; median of %d blocks "
+           "of %d steps after %d warm-up steps\n",
+           dlt_version_string(), name, (long long)classes, blocks, steps, warmup);
+    printf("| %-5s | %-11s | %-6s | %-5s | %-8s | %-9s | %-12s | %-8s | %-12s | %-6s | %-8s |\n", "batch",
+           "precision", "layout", "mode", "ms/step", "images/s", "epoch s (50k)", "peak MiB",
+           "first step s", "nodes", "loss");
+    printf("|-------|-------------|--------|-------|----------|-----------|---------------|----------|"
+           "--------------|--------|----------|\n");
+    int failed = 0;
+    for (int ib = 0; ib < nb; ib++)
+        for (int ia = 0; ia < na; ia++)
+            for (int f = 0; f < nf; f++)
+                for (int m = 0; m < nm; m++) {
+                    bench_cfg c = {batches[ib], amps[ia], formats[f], modes[m]};
+                    result r;
+                    run_cfg(device, &c, classes, steps, blocks, warmup, &r);
+                    const char *prec = c.amp == DLT_F16 ? "fp16+scaler" : "bf16";
+                    const char *lay = c.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw";
+                    const char *mode = c.graph ? (r.captured ? "graph" : "eager*") : "eager";
+                    if (r.status != DLT_OK) {
+                        failed++;
+                        printf("| %-5lld | %-11s | %-6s | %-5s | failed: %s\n", (long long)c.batch, prec, lay,
+                               mode, r.err);
+                        continue;
+                    }
+                    printf("| %-5lld | %-11s | %-6s | %-5s | %8.3f | %9.0f | %13.2f | %8.0f | %12.2f | %6lld | %8.4f |\n",
+                           (long long)c.batch, prec, lay, mode, r.ms, c.batch * 1000.0 / r.ms,
+                           50000.0 / c.batch * r.ms / 1000.0, r.peak_mib, r.first_s, (long long)r.nodes,
+                           r.loss);
+                    if (json)
+                        printf("{\"impl\": \"libdltrain\", \"batch\": %lld, \"precision\": \"%s\", \"layout\": \"%s\", "
+                               "\"mode\": \"%s\", \"ms_per_step\": %.4f, \"img_per_s\": %.1f, \"epoch_s\": %.3f, "
+                               "\"peak_mib\": %.1f, \"first_step_s\": %.3f, \"graph_nodes\": %lld}\n",
+                               (long long)c.batch, prec, lay, mode, r.ms, c.batch * 1000.0 / r.ms,
+                               50000.0 / c.batch * r.ms / 1000.0, r.peak_mib, r.first_s, (long long)r.nodes);
+                    fflush(stdout);
+                }
+    return failed ? 1 : 0;
+}
