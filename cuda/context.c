@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nvtx3/nvToolsExt.h>
+
 #include "cuda_internal.h"
 #include "ops_cuda.h"
 
@@ -347,6 +349,16 @@ static void cuda_event_destroy(dlt_ctx *ctx, void *ev) {
     if (cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess) (void)cudaGetLastError();
 }
 
+static void cuda_range_push(dlt_ctx *ctx, const char *name) {
+    (void)ctx;
+    nvtxRangePushA(name);
+}
+
+static void cuda_range_pop(dlt_ctx *ctx) {
+    (void)ctx;
+    nvtxRangePop();
+}
+
 static const dlt_backend CUDA_BACKEND = {
     .name = "cuda",
     .ctx_init = cuda_ctx_init,
@@ -372,6 +384,8 @@ static const dlt_backend CUDA_BACKEND = {
     .broadcast_scalar = dlt__cuda_broadcast_scalar,
     .relu_fwd = dlt__cuda_relu_fwd,
     .relu_bwd = dlt__cuda_relu_bwd,
+    .range_push = cuda_range_push,
+    .range_pop = cuda_range_pop,
     .event_create = cuda_event_create,
     .event_record = cuda_event_record,
     .event_elapsed = cuda_event_elapsed,

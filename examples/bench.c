@@ -134,6 +134,11 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
         r->nodes = dlt_graph_num_nodes(g);
         RUN(dlt_graph_run(g));
     }
+    if (getenv("DLT_BENCH_PROFILE")) { /* one step marked for Nsight: ncu --nvtx-include "profile_step/" */
+        RUN(dlt_range_push(ctx, "profile_step"));
+        RUN(c->graph ? dlt_graph_run(g) : train_step(&s));
+        RUN(dlt_range_pop(ctx));
+    }
     RUN(dlt_ctx_synchronize(ctx));
     RUN(dlt_memory_reset_peak(ctx));
     RUN(dlt_event_create(ctx, &e0));

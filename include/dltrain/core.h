@@ -207,6 +207,13 @@ DLT_API DLT_NODISCARD dlt_status dlt_event_record(dlt_event *ev);
 /** Milliseconds from start to end (both recorded, same context). Waits for end: synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_event_elapsed_ms(dlt_event *start, dlt_event *end, double *ms);
 
+/** Opens a named profiler range on the context (NVTX on CUDA, so Nsight Systems and Nsight
+ *  Compute timelines show it; nothing on the CPU). The library itself marks every layer op,
+ *  backward node and optimizer step. Ranges nest; pop closes the innermost. No cost without
+ *  an attached profiler. The name is copied. */
+DLT_API DLT_NODISCARD dlt_status dlt_range_push(dlt_ctx *ctx, const char *name);
+DLT_API DLT_NODISCARD dlt_status dlt_range_pop(dlt_ctx *ctx);
+
 /* ---------------------------------------------------------------------------------------
  * Testing hooks (stable, but meant for tests of programs that embed the library)
  * ------------------------------------------------------------------------------------- */

@@ -85,3 +85,16 @@ void dlt__cpu_event_destroy(dlt_ctx *ctx, void *ev) {
     (void)ctx;
     free(ev);
 }
+
+dlt_status dlt_range_push(dlt_ctx *ctx, const char *name) {
+    DLT_NULL_CHECK(ctx, "dlt_range_push");
+    DLT_NULL_CHECK(name, "dlt_range_push");
+    dlt__range_push(ctx, name);
+    return DLT_OK;
+}
+
+dlt_status dlt_range_pop(dlt_ctx *ctx) {
+    DLT_NULL_CHECK(ctx, "dlt_range_pop");
+    dlt__range_pop(ctx);
+    return DLT_OK;
+}

@@ -455,6 +455,10 @@ struct dlt_backend {
     dlt_status (*count_correct)(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
                                 const dlt_tensor *targets);
 
+    /* profiler ranges (NVTX on CUDA; NULL on the CPU). Names are static strings. */
+    void (*range_push)(dlt_ctx *ctx, const char *name);
+    void (*range_pop)(dlt_ctx *ctx);
+
     /* timing events (lib/core/event.c) */
     dlt_status (*event_create)(dlt_ctx *ctx, void **ev);
     dlt_status (*event_record)(dlt_ctx *ctx, void *ev);
@@ -489,6 +493,15 @@ const dlt_backend *dlt__cpu_backend(void);
 const dlt_backend *dlt__cuda_backend(void);
 /* Device count through the CUDA runtime (0 without CUDA/driver). */
 int32_t dlt__cuda_device_count(void);
+
+/* Profiler ranges around layers, backward nodes and optimizer work: free when no profiler
+ * (Nsight Systems/Compute) is attached. */
+static inline void dlt__range_push(dlt_ctx *ctx, const char *name) {
+    if (ctx->be->range_push) ctx->be->range_push(ctx, name);
+}
+static inline void dlt__range_pop(dlt_ctx *ctx) {
+    if (ctx->be->range_pop) ctx->be->range_pop(ctx);
+}
 
 /* Calls a backend entry, reporting a missing one as NOT_SUPPORTED. */
 #define DLT_BE(ctx, fn) ((ctx)->be->fn)

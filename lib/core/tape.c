@@ -373,6 +373,7 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
     st = accumulate_into(ctx, &start->grad_accum[root->grad_fn_output], seed);
     if (st != DLT_OK) return dlt__err_wrap(st, F);
 
+    dlt__range_push(ctx, "backward");
     /* Keep the start node alive while we walk (the root may be released by a hook). */
     start->refcount++;
     for (int64_t i = start->slot; i >= 0 && st == DLT_OK; i--) {
@@ -382,13 +383,16 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
         for (int32_t k = 0; k < nd->n_out; k++) has |= nd->grad_accum[k] != NULL;
         if (!has) continue;
         nd->refcount++;
+        dlt__range_push(ctx, nd->name);
         st = run_node(ctx, nd);
+        dlt__range_pop(ctx);
         node_drop_saved(nd);
         nd->consumed = 1;
         dlt__node_release(nd);
     }
     root->graph_consumed = 1;
     dlt__node_release(start);
+    dlt__range_pop(ctx);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
 }
 

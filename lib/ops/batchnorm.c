@@ -127,6 +127,7 @@ dlt_status dlt_batch_norm2d_act(dlt_tensor *x, dlt_tensor *residual, int32_t rel
     dlt_tensor *y = NULL, *mean = NULL, *invstd = NULL, *alias = NULL;
     dlt_node *node = NULL;
     dlt_status st = DLT_OK;
+    dlt__range_push(ctx, "batch_norm2d");
     DLT_CHECK_GOTO(st, dlt__tensor_new_like(x, x->dtype, F, &y), done);
     if (use_batch || need) {
         DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &C, 1, 0, F, &mean), done);
@@ -157,6 +158,7 @@ dlt_status dlt_batch_norm2d_act(dlt_tensor *x, dlt_tensor *residual, int32_t rel
         node->ip[1] = use_batch;
     }
 done:
+    dlt__range_pop(ctx);
     dlt_tensor_release(mean);
     dlt_tensor_release(invstd);
     dlt_tensor_release(alias);

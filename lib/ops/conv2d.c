@@ -130,6 +130,7 @@ dlt_status dlt_conv2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, int64_t st
     dlt_tensor *xc = NULL, *wc = NULL, *wf = NULL, *bc = NULL, *y = NULL;
     dlt_node *node = NULL;
     dlt_status st;
+    dlt__range_push(ctx, "conv2d");
     DLT_CHECK_GOTO(st, dlt__autocast_operand(x, dtype, F, &xc), done);
     DLT_CHECK_GOTO(st, dlt__autocast_operand(w, dtype, F, &wc), done);
     DLT_CHECK_GOTO(st, dlt__op_to_format(wc, x->format, F, &wf), done);
@@ -156,6 +157,7 @@ dlt_status dlt_conv2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, int64_t st
         node->ip[6] = groups;
     }
 done:
+    dlt__range_pop(ctx);
     dlt_tensor_release(xc);
     dlt_tensor_release(wc);
     dlt_tensor_release(wf);

@@ -50,6 +50,7 @@ dlt_status dlt_cross_entropy(dlt_tensor *logits, dlt_tensor *targets, int64_t ig
     dlt_tensor *loss = NULL, *saved = NULL;
     dlt_node *node = NULL;
     dlt_status st = DLT_OK;
+    dlt__range_push(ctx, "cross_entropy");
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, NULL, 0, DLT_FORMAT_CONTIGUOUS, F, &loss), done);
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &ns, 1, DLT_FORMAT_CONTIGUOUS, F, &saved), done);
     if (logits->shape[0] == 0) {
@@ -70,6 +71,7 @@ dlt_status dlt_cross_entropy(dlt_tensor *logits, dlt_tensor *targets, int64_t ig
         node->ip[1] = reduction;
     }
 done:
+    dlt__range_pop(ctx);
     dlt_tensor_release(saved);
     if (st != DLT_OK) {
         dlt_tensor_release(loss);

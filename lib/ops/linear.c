@@ -96,6 +96,7 @@ dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor
     dlt_tensor *xc = NULL, *wc = NULL, *bc = NULL, *y = NULL;
     dlt_node *node = NULL;
     dlt_status st;
+    dlt__range_push(ctx, "linear");
     DLT_CHECK_GOTO(st, dlt__autocast_operand(x, dtype, F, &xc), done);
     DLT_CHECK_GOTO(st, dlt__autocast_operand(w, dtype, F, &wc), done);
     if (bias) DLT_CHECK_GOTO(st, dlt__autocast_operand(bias, dtype, F, &bc), done);
@@ -122,6 +123,7 @@ dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor
         dlt__save(node, wc);
     }
 done:
+    dlt__range_pop(ctx);
     dlt_tensor_release(xc);
     dlt_tensor_release(wc);
     dlt_tensor_release(bc);

@@ -52,6 +52,7 @@ dlt_status dlt_max_pool2d(dlt_tensor *x, int64_t kernel_h, int64_t kernel_w, int
     dlt_node *node = NULL;
     dlt_pool_params p = {{kernel_h, kernel_w}, {stride_h, stride_w}, {pad_h, pad_w}};
     dlt_status st = DLT_OK;
+    dlt__range_push(ctx, "max_pool2d");
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, x->dtype, ys, 4, x->format, F, &y), done);
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_I32, ys, 4, x->format, F, &idx), done);
     if (y->numel) DLT_CHECK_GOTO(st, ctx->be->maxpool_fwd(ctx, y, idx, x, &p), done);
@@ -67,6 +68,7 @@ dlt_status dlt_max_pool2d(dlt_tensor *x, int64_t kernel_h, int64_t kernel_w, int
         for (int i = 0; i < 4; i++) node->ip[6 + i] = x->shape[i];
     }
 done:
+    dlt__range_pop(ctx);
     dlt_tensor_release(idx);
     if (st != DLT_OK) {
         dlt_tensor_release(y);

@@ -160,7 +160,7 @@ static int lp_fusable(const dlt_tensor *p, const dlt_tensor *c, int32_t dtype) {
     return c && c->dtype == dtype && c->format == p->format && dlt__same_shape(c, p) && c->storage;
 }
 
-dlt_status dlt__optimizer_step_found_inf(dlt_optimizer *opt, const void *found_inf, const char *func) {
+static dlt_status optimizer_step_impl(dlt_optimizer *opt, const void *found_inf, const char *func) {
     dlt_ctx *ctx = opt->ctx;
     DLT_CHECK(dlt__ctx_ok(ctx, func));
     if (!ctx->be->sgd_step) return dlt__be_missing(ctx, func, "sgd_step");
@@ -409,4 +409,12 @@ dlt_status dlt__optimizer_buffer_initialised(dlt_optimizer *opt, int32_t i, int3
     if (st != DLT_OK) return dlt__err_wrap(st, F);
     *out = v != 0 && opt->bufs[i] != NULL;
     return DLT_OK;
+}
+
+/* The optimizer step under a profiler range named "optimizer". */
+dlt_status dlt__optimizer_step_found_inf(dlt_optimizer *opt, const void *found_inf, const char *func) {
+    dlt__range_push(opt->ctx, "optimizer");
+    dlt_status st = optimizer_step_impl(opt, found_inf, func);
+    dlt__range_pop(opt->ctx);
+    return st;
 }

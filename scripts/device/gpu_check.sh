@@ -43,7 +43,7 @@ fi
 if has test; then
   t=$(date +%s)
   meson test -C build-gpu --num-processes 4 --timeout-multiplier ${TEST_TIMEOUT_MULT:-1} \
-    --print-errorlogs >"$OUT/test.log" 2>&1
+    --print-errorlogs ${TEST_ARGS:-} >"$OUT/test.log" 2>&1
   cp build-gpu/meson-logs/testlog.txt "$OUT/testlog.txt" 2>/dev/null
   grep -E '^ *[0-9]+/[0-9]+ ' "$OUT/test.log" | sed 's/^ *//' > "$OUT/test-summary.txt"
   python3 - build-gpu <<'PY' | tee "$OUT/counts.txt"
@@ -64,20 +64,43 @@ fi
 
 if has memcheck; then
   t=$(date +%s)
+  # in parallel: the GPU has room for all of them, and memcheck is CPU-bound
   for tname in ${MEMCHECK_TESTS:-cuda_tensor cuda_ops cuda_optim cuda_data cuda_conv_bn cuda_nn}; do
     [ -x build-gpu/tests/$tname ] || continue
-    timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
-      build-gpu/tests/$tname >"$OUT/memcheck-$tname.log" 2>&1
-    rc=$?
-    note "memcheck $tname: rc=$rc, $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-$tname.log" | tail -1)"
+    ( DLT_SOURCE_ROOT=$(pwd) timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --leak-check full \
+        --report-api-errors no --error-exitcode 99 build-gpu/tests/$tname >"$OUT/memcheck-$tname.log" 2>&1
+      echo "rc=$?" >>"$OUT/memcheck-$tname.log" ) &
+  done
+  wait
+  for f in "$OUT"/memcheck-*.log; do
+    note "$(basename "$f" .log): $(tail -1 "$f"), $(grep -E 'ERROR SUMMARY' "$f" | tail -1 | sed 's/=* *//'), $(grep -cE '^(ok|not ok)' "$f") cases, $(grep -c '^not ok' "$f") failed"
   done
   note "memcheck time: $(( $(date +%s) - t )) s"
+fi
+
+if has bench; then
+  t=$(date +%s)
+  BUILD=build-gpu ANCHORS=.device/anchors BATCHES=${BENCH_BATCHES:-256} BENCH_ARGS="${BENCH_ARGS:-}" \
+    COMPARE_ARGS="${COMPARE_ARGS:-}" bash scripts/bench_vs_torch.sh >"$OUT/bench.txt" 2>&1
+  note "bench rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E '^\|' "$OUT/bench.txt" | tail -20
 fi
 
 if has example; then
   ./build-gpu/examples/gpu_report --quick >"$OUT/gpu_report.txt" 2>&1; note "gpu_report rc=$?"
   ./build-gpu/examples/resnet50_cifar10 --steps ${EX_STEPS:-60} --epochs 1 --log-every 20 >"$OUT/example.txt" 2>&1
   note "resnet50_cifar10 synthetic rc=$?: $(grep -E '^epoch 0' "$OUT/example.txt" | head -1)"
+fi
+
+if has profile; then
+  # per-kernel device time of one training step (kernels inside the "profile_step" range)
+  t=$(date +%s)
+  DLT_BENCH_PROFILE=1 timeout ${PROFILE_TIMEOUT:-200} ncu --nvtx --nvtx-include "profile_step/" \
+    --metrics gpu__time_duration.sum --csv --print-units base --clock-control none \
+    build-gpu/examples/bench ${PROFILE_ARGS:---batch 256 --amp fp16 --format nhwc --mode eager --steps 1 --blocks 1 --warmup 3} \
+    >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+  note "profile rc=$? ($(( $(date +%s) - t )) s)"
+  python3 scripts/device/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu-summary.txt" | head -45
 fi
 
 if has fixtures && [ -f tests/fixtures/gen_resnet_fixture.py ]; then

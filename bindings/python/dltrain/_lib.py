@@ -75,6 +75,8 @@ _SIGNATURES = {
     "dlt_event_destroy": (None, [PTR]),
     "dlt_event_record": (STATUS, [PTR]),
     "dlt_event_elapsed_ms": (STATUS, [PTR, PTR, P(F64)]),
+    "dlt_range_push": (STATUS, [PTR, STR]),
+    "dlt_range_pop": (STATUS, [PTR]),
     "dlt_testing_fail_alloc": (STATUS, [PTR, I64]),
     "dlt_testing_alloc_count": (STATUS, [PTR, P(I64)]),
     # ---- tensor.h

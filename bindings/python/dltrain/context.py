@@ -13,6 +13,7 @@ innermost `with ctx:` block, else the one given to set_default_context, else a C
 made on first use.
 """
 
+import contextlib
 import ctypes
 import threading
 
@@ -171,6 +172,15 @@ class Context(Handle):
     def check(self):
         """Raises the status that poisoned the context, if any."""
         check(lib.dlt_ctx_check(self.handle))
+
+    @contextlib.contextmanager
+    def range(self, name):
+        """A named profiler range (NVTX on CUDA) around the body: `with ctx.range("step"):`."""
+        check(lib.dlt_range_push(self.handle, name.encode()))
+        try:
+            yield self
+        finally:
+            check(lib.dlt_range_pop(self.handle))
 
     # ---- random generator and numerics ------------------------------------------------
     def set_seed(self, seed):
