@@ -87,6 +87,7 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (s->plans && s->plans_free) s->plans_free(s->plans);
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+    if (s->tickets) cudaFreeAsync(s->tickets, s->stream);
     if (s->stream) cudaStreamSynchronize(s->stream);
     if (s->cudnn) cudnnDestroy(s->cudnn);
     if (s->gemm && s->gemm_free) s->gemm_free(s->gemm);
@@ -166,6 +167,8 @@ static dlt_status cuda_ctx_init(dlt_ctx *ctx) {
         st = dlt__cublas_fail(NULL, bs, F, "cuBLAS set-up");
         goto fail;
     }
+    INIT_CU(cudaMallocFromPoolAsync(&s->tickets, 256, s->pool, s->stream));
+    INIT_CU(cudaMemsetAsync(s->tickets, 0, 256, s->stream));
     cudnnStatus_t ds = cudnnCreate(&s->cudnn);
     if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(s->cudnn, s->stream);
     if (ds != CUDNN_STATUS_SUCCESS) {
@@ -318,6 +321,7 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
     cudaError_t e = cudaMallocFromPoolAsync(&p, want, s->pool, s->stream);
     if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_scratch", "cudaMallocFromPoolAsync");
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+    if (s->tickets) cudaFreeAsync(s->tickets, s->stream);
     s->scratch = p;
     s->scratch_size = want;
     *out = p;
@@ -379,6 +383,7 @@ static const dlt_backend CUDA_BACKEND = {
     .rand = dlt__cuda_rand,
     .add = dlt__cuda_add,
     .accumulate = dlt__cuda_accumulate,
+    .accumulate_multi = dlt__cuda_accumulate_multi,
     .scale = dlt__cuda_scale,
     .sum = dlt__cuda_sum,
     .broadcast_scalar = dlt__cuda_broadcast_scalar,

@@ -38,6 +38,9 @@ typedef struct dlt_cuda_state {
     void *scratch;
     size_t scratch_size;
     uint64_t live_allocs;
+    /* zeroed counters for "last block finishes" reductions (batchnorm.cu): a kernel takes a
+     * ticket per block and the last block resets it, so it is zero again for the next launch */
+    void *tickets;
     int sm_count;
     char name[256];
     dlt_cuda_plan_cache *plans; /* cuDNN execution plans per op and shape (conv2d.cu, batchnorm.cu) */
@@ -91,6 +94,8 @@ dlt_status dlt__cuda_rand(dlt_ctx *ctx, dlt_tensor *t, int32_t normal, double a,
                           uint64_t seed, uint64_t offset);
 dlt_status dlt__cuda_add(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, const dlt_tensor *b);
 dlt_status dlt__cuda_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src, int32_t beta);
+dlt_status dlt__cuda_accumulate_multi(dlt_ctx *ctx, int32_t n, dlt_tensor *const *dsts,
+                                      const dlt_tensor *const *srcs, const int32_t *betas);
 dlt_status dlt__cuda_scale(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *s,
                            double alpha);
 dlt_status dlt__cuda_sum(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double alpha);

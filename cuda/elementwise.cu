@@ -103,9 +103,104 @@ template <typename T> __global__ void relu_bwd_kernel(T *dx, const T *dy, const 
     DLT_GRID_STRIDE(i, n) dx[i] = to_f<T>(y[i]) > 0.0f ? dy[i] : from_f<T>(0.0f);
 }
 
+/* Multi-tensor accumulate: up to MT_MAX (dst, src) pairs per launch, passed by value. Each
+ * block takes MT_CHUNK elements of one pair; blocks are numbered through the pairs' chunk
+ * prefix sums. Dtypes are per pair (branches are uniform within a block). */
+enum { MT_MAX = 96, MT_CHUNK = 8192 };
+struct MultiAcc {
+    void *dst[MT_MAX];
+    const void *src[MT_MAX];
+    int64_t n[MT_MAX];
+    int32_t first_block[MT_MAX + 1];
+    int8_t dtype_d[MT_MAX], dtype_s[MT_MAX], beta[MT_MAX], aligned[MT_MAX];
+    int32_t count;
+};
+
+__device__ __forceinline__ float ld_any(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case DLT_F16: return __half2float(((const __half *)p)[i]);
+    case DLT_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+__device__ __forceinline__ void st_any(void *p, int dt, int64_t i, float v) {
+    switch (dt) {
+    case DLT_F16: ((__half *)p)[i] = __float2half_rn(v); break;
+    case DLT_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+__global__ void accumulate_multi_kernel(const __grid_constant__ MultiAcc m) {
+    int lo = 0, hi = m.count - 1; /* the pair whose block range holds blockIdx.x */
+    const int b = (int)blockIdx.x;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (m.first_block[mid] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const int64_t start = (int64_t)(b - m.first_block[lo]) * MT_CHUNK;
+    const int64_t end = start + MT_CHUNK < m.n[lo] ? start + MT_CHUNK : m.n[lo];
+    const int dd = m.dtype_d[lo], ds = m.dtype_s[lo], beta = m.beta[lo];
+    void *dst = m.dst[lo];
+    const void *src = m.src[lo];
+    if (dd == DLT_F32 && ds == DLT_F16 && m.aligned[lo] && ((end - start) % 4 == 0)) {
+        /* the common case (fp16 weight gradients into fp32): 4 elements per thread */
+        for (int64_t i = start + 4 * (int64_t)threadIdx.x; i < end; i += 4 * (int64_t)blockDim.x) {
+            const __half2 a = ((const __half2 *)src)[i / 2], c = ((const __half2 *)src)[i / 2 + 1];
+            float4 o = beta ? ((float4 *)dst)[i / 4] : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float2 fa = __half22float2(a), fc = __half22float2(c);
+            o.x += fa.x;
+            o.y += fa.y;
+            o.z += fc.x;
+            o.w += fc.y;
+            ((float4 *)dst)[i / 4] = o;
+        }
+        return;
+    }
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float v = ld_any(src, ds, i);
+        if (beta) v += ld_any(dst, dd, i);
+        st_any(dst, dd, i, v);
+    }
+}
+
 } // namespace
 
 extern "C" {
+
+dlt_status dlt__cuda_accumulate_multi(dlt_ctx *ctx, int32_t n, dlt_tensor *const *dsts,
+                                      const dlt_tensor *const *srcs, const int32_t *betas) {
+    int32_t i = 0;
+    while (i < n) {
+        MultiAcc m;
+        memset(&m, 0, sizeof m);
+        int64_t blocks = 0;
+        for (; i < n && m.count < MT_MAX; i++) {
+            const dlt_tensor *d = dsts[i], *s = srcs[i];
+            const int64_t nb = (d->numel + MT_CHUNK - 1) / MT_CHUNK;
+            if (d->numel == 0) continue;
+            if (blocks + nb > INT32_MAX / 2) break;
+            const int k = m.count++;
+            m.dst[k] = dlt__data(d);
+            m.src[k] = dlt__data(s);
+            m.n[k] = d->numel;
+            m.dtype_d[k] = (int8_t)d->dtype;
+            m.dtype_s[k] = (int8_t)s->dtype;
+            m.beta[k] = (int8_t)(betas[i] != 0);
+            m.first_block[k] = (int32_t)blocks;
+            blocks += nb;
+            /* the vector path needs 16-byte aligned fp32 and 8-byte aligned fp16 data */
+            m.aligned[k] = !(((uintptr_t)m.dst[k] & 15) || ((uintptr_t)m.src[k] & 7));
+        }
+        if (m.count == 0) continue;
+        m.first_block[m.count] = (int32_t)blocks;
+        accumulate_multi_kernel<<<(unsigned)blocks, 256, 0, dlt__stream(ctx)>>>(m);
+        DLT_CU_LAUNCHED(ctx, "dlt_backward");
+    }
+    return DLT_OK;
+}
+
 
 dlt_status dlt__cuda_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src) {
     int64_t n = src->numel;

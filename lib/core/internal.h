@@ -65,6 +65,11 @@ typedef struct dlt_tape {
     int64_t n, cap;
     int64_t live; /* nodes alive */
     uint64_t next_seq;
+    /* leaf-gradient accumulations deferred to the end of the running backward (tape.c) */
+    dlt_tensor **pend_dst, **pend_src;
+    int32_t *pend_beta;
+    int32_t n_pend, cap_pend;
+    int32_t in_backward;
 } dlt_tape;
 
 #define DLT_AUTOCAST_MAX_DEPTH 16
@@ -142,6 +147,7 @@ struct dlt_tensor {
     dlt_node *grad_fn;         /* node that produced this tensor (strong reference) */
     int32_t grad_fn_output;    /* which output of grad_fn */
     int32_t graph_consumed;    /* backward already ran through this tensor's node */
+    int32_t grad_pending;      /* a deferred accumulation into this leaf's grad is queued */
 
     /* parameters: version bumped by in-place updates; autocast low-precision copies */
     uint64_t version;
@@ -454,6 +460,12 @@ struct dlt_backend {
     /* count of argmax(logits[i]) == target[i] added to *correct (device/host int64) */
     dlt_status (*count_correct)(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
                                 const dlt_tensor *targets);
+
+    /* dsts[i] = betas[i]*dsts[i] + srcs[i] for n pairs in one launch (dtypes may differ per
+     * pair, formats match, no dst twice). Used by backward to apply the many small fp16 ->
+     * fp32 parameter-gradient accumulations of an autocast step together. */
+    dlt_status (*accumulate_multi)(dlt_ctx *ctx, int32_t n, dlt_tensor *const *dsts,
+                                   const dlt_tensor *const *srcs, const int32_t *betas);
 
     /* profiler ranges (NVTX on CUDA; NULL on the CPU). Names are static strings. */
     void (*range_push)(dlt_ctx *ctx, const char *name);

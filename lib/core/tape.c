@@ -176,6 +176,9 @@ void dlt__tape_fini(dlt_ctx *ctx) {
     for (int64_t i = 0; i < ctx->tape.n; i++)
         if (ctx->tape.slots[i]) ctx->tape.slots[i]->slot = -1;
     free(ctx->tape.slots);
+    free(ctx->tape.pend_dst);
+    free(ctx->tape.pend_src);
+    free(ctx->tape.pend_beta);
     memset(&ctx->tape, 0, sizeof ctx->tape);
 }
 
@@ -198,6 +201,50 @@ dlt_status dlt_tape_clear(dlt_ctx *ctx) {
     return DLT_OK;
 }
 
+/* ---- deferred leaf accumulations ----
+ * Under autocast every conv/linear weight gradient arrives in fp16/bf16 and must be added
+ * into the parameter's fp32 gradient: ~55 tiny conversion kernels per ResNet50 step. They
+ * are queued during backward and applied by one multi-tensor launch when backward ends (or
+ * earlier, before anything else touches one of those leaves). */
+
+static dlt_status pend_flush(dlt_ctx *ctx) {
+    dlt_tape *tp = &ctx->tape;
+    if (tp->n_pend == 0) return DLT_OK;
+    dlt_status st = ctx->be->accumulate_multi(ctx, tp->n_pend, tp->pend_dst,
+                                              (const dlt_tensor *const *)tp->pend_src, tp->pend_beta);
+    for (int32_t i = 0; i < tp->n_pend; i++) {
+        tp->pend_dst[i]->grad_pending = 0;
+        dlt_tensor_release(tp->pend_src[i]);
+        tp->pend_src[i] = NULL;
+    }
+    tp->n_pend = 0;
+    return st;
+}
+
+/* Queues dst = beta*dst + g (g owned). Returns 0 when it cannot queue (caller writes now). */
+static int pend_push(dlt_ctx *ctx, dlt_tensor *dst, dlt_tensor *g, int32_t beta) {
+    dlt_tape *tp = &ctx->tape;
+    if (!tp->in_backward || !ctx->be->accumulate_multi || dst->grad_pending || dst->format != g->format)
+        return 0;
+    if (tp->n_pend == tp->cap_pend) {
+        int32_t cap = tp->cap_pend ? tp->cap_pend * 2 : 64;
+        dlt_tensor **d = realloc(tp->pend_dst, (size_t)cap * sizeof *d);
+        if (d) tp->pend_dst = d;
+        dlt_tensor **sv = realloc(tp->pend_src, (size_t)cap * sizeof *sv);
+        if (sv) tp->pend_src = sv;
+        int32_t *b = realloc(tp->pend_beta, (size_t)cap * sizeof *b);
+        if (b) tp->pend_beta = b;
+        if (!d || !sv || !b) return 0;
+        tp->cap_pend = cap;
+    }
+    tp->pend_dst[tp->n_pend] = dst;
+    tp->pend_src[tp->n_pend] = g;
+    tp->pend_beta[tp->n_pend] = beta;
+    tp->n_pend++;
+    dst->grad_pending = 1;
+    return 1;
+}
+
 /* ---- gradient plumbing ---- */
 
 dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g) {
@@ -206,6 +253,17 @@ dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g
         return DLT_OK;
     }
     if (slot->dst) {
+        if (slot->dst->grad_pending) { /* an earlier queued write must land first */
+            dlt_status fst = pend_flush(ctx);
+            if (fst != DLT_OK) {
+                dlt_tensor_release(g);
+                return fst;
+            }
+        }
+        if (g->dtype != slot->dst->dtype && pend_push(ctx, slot->dst, g, slot->beta)) {
+            slot->written = 1;
+            return DLT_OK;
+        }
         dlt_status st = ctx->be->accumulate(ctx, slot->dst, g, slot->beta);
         dlt_tensor_release(g);
         if (st == DLT_OK) slot->written = 1;
@@ -255,6 +313,13 @@ static dlt_status leaf_grad_buffer(dlt_tensor *leaf, dlt_tensor **out) {
 
 static dlt_status deliver_to_leaf(dlt_ctx *ctx, dlt_tensor *leaf, dlt_tensor *g) {
     dlt_tensor *buf;
+    if (leaf->grad_pending) {
+        dlt_status fst = pend_flush(ctx);
+        if (fst != DLT_OK) {
+            dlt_tensor_release(g);
+            return fst;
+        }
+    }
     dlt_status st = leaf_grad_buffer(leaf, &buf);
     if (st == DLT_OK) st = ctx->be->accumulate(ctx, buf, g, leaf->grad_defined ? 1 : 0);
     dlt_tensor_release(g);
@@ -265,6 +330,11 @@ static dlt_status deliver_to_leaf(dlt_ctx *ctx, dlt_tensor *leaf, dlt_tensor *g)
 static dlt_status run_node(dlt_ctx *ctx, dlt_node *nd) {
     dlt_grad_slot slots[DLT_NODE_MAX_IN];
     memset(slots, 0, sizeof slots);
+    for (int32_t i = 0; i < nd->n_in; i++)
+        if (nd->next[i].leaf && nd->next[i].leaf->grad_pending) {
+            DLT_CHECK(pend_flush(ctx));
+            break;
+        }
     for (int32_t i = 0; i < nd->n_in; i++) {
         dlt_edge *e = &nd->next[i];
         if (e->leaf) {
@@ -374,6 +444,7 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
     if (st != DLT_OK) return dlt__err_wrap(st, F);
 
     dlt__range_push(ctx, "backward");
+    ctx->tape.in_backward = 1;
     /* Keep the start node alive while we walk (the root may be released by a hook). */
     start->refcount++;
     for (int64_t i = start->slot; i >= 0 && st == DLT_OK; i--) {
@@ -392,6 +463,9 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
     }
     root->graph_consumed = 1;
     dlt__node_release(start);
+    ctx->tape.in_backward = 0;
+    dlt_status fst = pend_flush(ctx);
+    if (st == DLT_OK) st = fst;
     dlt__range_pop(ctx);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
 }

@@ -25,6 +25,7 @@ static const dlt_backend CPU_BACKEND = {
     .rand = dlt__cpu_rand,
     .add = dlt__cpu_add,
     .accumulate = dlt__cpu_accumulate,
+    .accumulate_multi = dlt__cpu_accumulate_multi,
     .scale = dlt__cpu_scale,
     .sum = dlt__cpu_sum,
     .broadcast_scalar = dlt__cpu_broadcast_scalar,

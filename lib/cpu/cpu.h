@@ -63,6 +63,8 @@ dlt_status dlt__cpu_rand(dlt_ctx *ctx, dlt_tensor *t, int32_t normal, double a, 
                          uint64_t seed, uint64_t offset);
 dlt_status dlt__cpu_add(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, const dlt_tensor *b);
 dlt_status dlt__cpu_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src, int32_t beta);
+dlt_status dlt__cpu_accumulate_multi(dlt_ctx *ctx, int32_t n, dlt_tensor *const *dsts,
+                                     const dlt_tensor *const *srcs, const int32_t *betas);
 dlt_status dlt__cpu_scale(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *s,
                           double alpha);
 dlt_status dlt__cpu_sum(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double alpha);

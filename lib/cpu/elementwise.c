@@ -205,3 +205,9 @@ dlt_status dlt__cpu_broadcast_scalar(dlt_ctx *ctx, dlt_tensor *dx, const dlt_ten
     for (int64_t i = 0; i < dx->numel; i++) dlt__st(p, dx->dtype, i, v);
     return DLT_OK;
 }
+
+dlt_status dlt__cpu_accumulate_multi(dlt_ctx *ctx, int32_t n, dlt_tensor *const *dsts,
+                                     const dlt_tensor *const *srcs, const int32_t *betas) {
+    for (int32_t i = 0; i < n; i++) DLT_CHECK(dlt__cpu_accumulate(ctx, dsts[i], srcs[i], betas[i]));
+    return DLT_OK;
+}

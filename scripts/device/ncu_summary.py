@@ -22,5 +22,5 @@ for n, v in rows:
     by[k][0] += 1
     by[k][1] += v
 print(f"kernels: {len(rows)}, device time {tot/1e6:.3f} ms (sum of kernel durations, serialised by ncu)")
-for k, (c, v) in sorted(by.items(), key=lambda kv: -kv[1][1])[:40]:
+for k, (c, v) in sorted(by.items(), key=lambda kv: -kv[1][1])[:200]:
     print(f"{v/1e3:9.1f} us {100*v/tot:5.1f}% {c:4d}x  {k}")
