@@ -40,7 +40,9 @@ DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_create(dlt_ctx *ctx, double ini
                                                         double growth_factor, double backoff_factor,
                                                         int32_t growth_interval, int32_t enabled,
                                                         dlt_grad_scaler **out);
+/** Frees the scaler and its device state. NULL is a no-op. */
 DLT_API void dlt_grad_scaler_destroy(dlt_grad_scaler *s);
+/** 1 when enabled (scale, unscale and skip active), 0 when disabled or NULL. */
 DLT_API int32_t dlt_grad_scaler_is_enabled(const dlt_grad_scaler *s);
 
 /** out = loss * scale (a new reference; differentiable w.r.t. loss). Disabled: a new

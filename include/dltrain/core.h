@@ -212,6 +212,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_event_elapsed_ms(dlt_event *start, dlt_even
  *  backward node and optimizer step. Ranges nest; pop closes the innermost. No cost without
  *  an attached profiler. The name is copied. */
 DLT_API DLT_NODISCARD dlt_status dlt_range_push(dlt_ctx *ctx, const char *name);
+/** Closes the innermost range opened by dlt_range_push on ctx. */
 DLT_API DLT_NODISCARD dlt_status dlt_range_pop(dlt_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------

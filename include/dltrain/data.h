@@ -54,8 +54,11 @@ DLT_API DLT_NODISCARD dlt_status dlt_cifar10_open_file(dlt_ctx *ctx, const char 
 DLT_API DLT_NODISCARD dlt_status dlt_synthetic_dataset_create(dlt_ctx *ctx, int64_t n, int32_t num_classes,
                                                               uint64_t seed, int32_t learnable,
                                                               dlt_dataset **out);
+/** Frees the dataset and its device memory. Loaders over it must be destroyed first. NULL is a no-op. */
 DLT_API void dlt_dataset_destroy(dlt_dataset *ds);
+/** Number of images (0 for NULL). */
 DLT_API int64_t dlt_dataset_size(const dlt_dataset *ds);
+/** Number of classes (10 for CIFAR-10; 0 for NULL). */
 DLT_API int32_t dlt_dataset_num_classes(const dlt_dataset *ds);
 /** Copies image `index` (3072 bytes, CHW) and its label to the host. Synchronises.
  *  pixels (nbytes >= 3072) or label may be NULL to skip that part. */
@@ -75,6 +78,7 @@ DLT_API const char *dlt_dataset_class_name(const dlt_dataset *ds, int32_t i);
  */
 DLT_API DLT_NODISCARD dlt_status dlt_loader_create(dlt_dataset *ds, int64_t batch_size, int32_t shuffle,
                                                    int32_t drop_last, uint64_t seed, dlt_loader **out);
+/** Frees the loader and its batch buffers (borrowed batches become invalid). NULL is a no-op. */
 DLT_API void dlt_loader_destroy(dlt_loader *ld);
 /** Output dtype (f32/f16/bf16), memory format and label dtype (DLT_I32 or DLT_I64).
  *  A change reallocates the batch buffers: set the output before capturing a step. */
@@ -106,6 +110,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_loader_next(dlt_loader *ld, dlt_tensor **x,
                                                  int32_t *has_batch);
 /** Batches per epoch (196 for 50,000 images at 256 without drop_last). */
 DLT_API int64_t dlt_loader_num_batches(const dlt_loader *ld);
+/** The batch size given at creation (0 for NULL). */
 DLT_API int64_t dlt_loader_batch_size(const dlt_loader *ld);
 /** Sample order of epoch `epoch` (dataset size entries) into out. For tests and tools. */
 DLT_API DLT_NODISCARD dlt_status dlt_loader_epoch_order(dlt_loader *ld, int64_t epoch, int64_t *out, int64_t n);

@@ -41,6 +41,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_graph_run(dlt_graph *g);
 DLT_API int32_t dlt_graph_is_captured(const dlt_graph *g);
 /** Number of kernel and memory nodes in the captured graph (0 in fallback). */
 DLT_API int64_t dlt_graph_num_nodes(const dlt_graph *g);
+/** Waits for a replay in flight, then frees the graph. NULL is a no-op. */
 DLT_API void dlt_graph_destroy(dlt_graph *g);
 
 #ifdef __cplusplus

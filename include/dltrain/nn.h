@@ -50,6 +50,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_module_forward(dlt_module *m, dlt_tensor *x
 
 /** Train (1) or evaluation (0) mode, recursively (BatchNorm uses batch or running stats). */
 DLT_API DLT_NODISCARD dlt_status dlt_module_set_training(dlt_module *m, int32_t training);
+/** 1 in training mode (the default), 0 in evaluation mode (0 for NULL). */
 DLT_API int32_t dlt_module_is_training(const dlt_module *m);
 
 /** Kind name: "conv2d", "batchnorm2d", "linear", "relu", "max_pool2d",
@@ -99,7 +100,9 @@ DLT_API DLT_NODISCARD dlt_status dlt_batchnorm2d_create(dlt_ctx *ctx, int64_t nu
 /** Linear(in, out, bias): "weight" [out,in] [, "bias"]. */
 DLT_API DLT_NODISCARD dlt_status dlt_linear_create(dlt_ctx *ctx, int64_t in_features, int64_t out_features,
                                                    int32_t bias, dlt_module **out);
+/** ReLU (no state). */
 DLT_API DLT_NODISCARD dlt_status dlt_relu_create(dlt_ctx *ctx, dlt_module **out);
+/** MaxPool2d(kernel, stride, padding) with square windows (no state). */
 DLT_API DLT_NODISCARD dlt_status dlt_max_pool2d_create(dlt_ctx *ctx, int64_t kernel, int64_t stride,
                                                        int64_t padding, dlt_module **out);
 /** AdaptiveAvgPool2d((1,1)). */

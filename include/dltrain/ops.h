@@ -76,6 +76,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_mul_scalar(dlt_tensor *x, dlt_tensor *s, do
 /** Sum and mean of all elements: a one-element tensor of x's dtype ([] shape), accumulated
  *  in fp32. */
 DLT_API DLT_NODISCARD dlt_status dlt_sum(dlt_tensor *x, dlt_tensor **out);
+/** dlt_mean: the sum divided by the number of elements (NaN for an empty tensor). */
 DLT_API DLT_NODISCARD dlt_status dlt_mean(dlt_tensor *x, dlt_tensor **out);
 
 /** A view with another shape (same number of elements). A channels-last input whose layout

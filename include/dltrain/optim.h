@@ -61,6 +61,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_optimizer_step_count(dlt_optimizer *opt, in
 /** 1 if the last step was applied, 0 if the GradScaler skipped it. Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_last_step_applied(dlt_optimizer *opt, int32_t *out);
 
+/** Number of parameters the optimizer updates (0 for NULL). */
 DLT_API int32_t dlt_optimizer_num_params(const dlt_optimizer *opt);
 /** Parameter i (borrowed), NULL when out of range. */
 DLT_API dlt_tensor *dlt_optimizer_param(const dlt_optimizer *opt, int32_t i);

@@ -68,10 +68,15 @@ DLT_API void dlt_tensor_release(dlt_tensor *t);
 DLT_API int32_t dlt_tensor_ndim(const dlt_tensor *t);
 /** Size of dimension i; negative i counts from the end; 0 when out of range. */
 DLT_API int64_t dlt_tensor_dim(const dlt_tensor *t, int32_t i);
+/** Number of elements (product of the sizes; 1 for a 0-D tensor). */
 DLT_API int64_t dlt_tensor_numel(const dlt_tensor *t);
+/** Bytes of the tensor's data (numel x dtype size). */
 DLT_API size_t dlt_tensor_nbytes(const dlt_tensor *t);
+/** DLT_F32, DLT_F16, ... */
 DLT_API int32_t dlt_tensor_dtype(const dlt_tensor *t);
+/** DLT_FORMAT_CONTIGUOUS or DLT_FORMAT_CHANNELS_LAST. */
 DLT_API int32_t dlt_tensor_format(const dlt_tensor *t);
+/** DLT_DEVICE_CPU or DLT_DEVICE_CUDA (the context's device). */
 DLT_API int32_t dlt_tensor_device_type(const dlt_tensor *t);
 /** The tensor's context (borrowed). */
 DLT_API dlt_ctx *dlt_tensor_ctx(const dlt_tensor *t);
@@ -110,6 +115,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_tensor_item(const dlt_tensor *t, double *ou
 /* Gradients (see autograd.h for how they are produced). */
 /** Marks a floating tensor as a leaf that accumulates a gradient during backward. */
 DLT_API DLT_NODISCARD dlt_status dlt_tensor_set_requires_grad(dlt_tensor *t, int32_t on);
+/** 1 for a leaf that accumulates a gradient (0 for NULL). */
 DLT_API int32_t dlt_tensor_requires_grad(const dlt_tensor *t);
 /** The accumulated gradient of a leaf, borrowed (owned by t), or NULL when no backward has
  *  written one since the last zero-grad. Always fp32 for fp32 leaves. */
