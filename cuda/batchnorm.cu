@@ -67,7 +67,7 @@ __device__ __forceinline__ void red_elem(const RedArgs &a, int64_t idx, float re
         s2 += v * v;
     } else {
         float d = to_f<T>(((const T *)a.dy)[idx]);
-        if (a.y && !(to_f<T>(((const T *)a.y)[idx]) > 0.0f)) d = 0.0f;
+        if (a.y && to_f<T>(((const T *)a.y)[idx]) <= 0.0f) d = 0.0f;
         s1 += d;
         s2 += d * (to_f<T>(((const T *)a.x)[idx]) - ref);
     }
@@ -218,7 +218,7 @@ template <typename T> __global__ void bn_epilogue(T *y, const T *res, int relu, 
 
 /* d = dy masked by y > 0 (before an unfused cuDNN backward) */
 template <typename T> __global__ void relu_mask_kernel(T *out, const T *dy, const T *y, int64_t n) {
-    DLT_GRID_STRIDE(i, n) out[i] = to_f<T>(y[i]) > 0.0f ? dy[i] : from_f<T>(0.0f);
+    DLT_GRID_STRIDE(i, n) out[i] = to_f<T>(y[i]) <= 0.0f ? from_f<T>(0.0f) : dy[i];
 }
 
 /* dgamma = sum(d*(x-mean))*invstd, dbeta = sum(d) (beta_acc adds); chan = per-channel means
@@ -247,7 +247,7 @@ __global__ void bn_apply_bwd(T *dx, T *dres, const T *dy, const T *y, const T *x
     DLT_GRID_STRIDE(i, n) {
         const int64_t c = chan_of(i, C, HW, cl);
         float d = to_f<T>(dy[i]);
-        if (y && !(to_f<T>(y[i]) > 0.0f)) d = 0.0f;
+        if (y && to_f<T>(y[i]) <= 0.0f) d = 0.0f;
         if (dres) dres[i] = from_f<T>(d);
         if (dx) {
             const float is = invstd[c], g = gamma ? gamma[c] : 1.0f;
@@ -510,7 +510,7 @@ __device__ __forceinline__ bool fast_partials(const T *__restrict__ x, const T *
                     vload(y + off, m);
 #pragma unroll
                     for (int k = 0; k < V; k++)
-                        if (!(m[k] > 0.0f)) d[k] = 0.0f;
+                        if (m[k] <= 0.0f) d[k] = 0.0f;
                 }
 #pragma unroll
                 for (int k = 0; k < V; k++) {
@@ -636,7 +636,7 @@ __global__ void __launch_bounds__(FAST_THREADS)
             vload(y + i * V, m);
 #pragma unroll
             for (int k = 0; k < V; k++)
-                if (!(m[k] > 0.0f)) d[k] = 0.0f;
+                if (m[k] <= 0.0f) d[k] = 0.0f;
         }
         if (dres) vstore(dres + i * V, d);
         if (dx) {

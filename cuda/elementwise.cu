@@ -100,7 +100,7 @@ template <typename T> __global__ void relu_fwd_kernel(T *y, const T *x, int64_t 
 }
 
 template <typename T> __global__ void relu_bwd_kernel(T *dx, const T *dy, const T *y, int64_t n) {
-    DLT_GRID_STRIDE(i, n) dx[i] = to_f<T>(y[i]) > 0.0f ? dy[i] : from_f<T>(0.0f);
+    DLT_GRID_STRIDE(i, n) dx[i] = to_f<T>(y[i]) <= 0.0f ? from_f<T>(0.0f) : dy[i];
 }
 
 /* Multi-tensor accumulate: up to MT_MAX (dst, src) pairs per launch, passed by value. Each

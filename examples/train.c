@@ -9,7 +9,9 @@
  *       print(f"Epoch {epoch}, Loss: {loss.item()}")
  *
  * The accumulation loop divides the loss by --accum and steps every --accum micro-batches,
- * then zero-grads and empties the cache. Unlike the seed script (which calls zero_grad at the
+ * then zero-grads and empties the cache. As in the seed, the micro-batch counter restarts
+ * every epoch; the seed's 196 batches per epoch divide by 4, otherwise the gradients of an
+ * epoch's unfinished group carry into the next epoch's first group (also as in the seed). Unlike the seed script (which calls zero_grad at the
  * top of every iteration and so never accumulates anything), gradients are zeroed only after
  * an optimizer step: PyTorch's documented recipe, and what the script meant.
  *
@@ -214,7 +216,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         printf("note: %s; training on a synthetic CIFAR-10-shaped dataset (50,000 images)\n",
                o.data ? "no CIFAR-10 binary batches in --data" : "no --data given");
         TRY(dlt_synthetic_dataset_create(ctx, 50000, 10, o.seed + 1, 1, &train_ds));
-        if (o.eval) TRY(dlt_synthetic_dataset_create(ctx, 10000, 10, o.seed + 1, 1, &test_ds));
+        /* another seed: fresh images of the same ten class patterns */
+        if (o.eval) TRY(dlt_synthetic_dataset_create(ctx, 10000, 10, o.seed + 1000003, 1, &test_ds));
     }
     /* On CUDA the loader writes the compute dtype and layout directly: the same values
      * ToTensor + autocast's cast would give (byte/255 in fp32, then rounded). */
@@ -324,8 +327,12 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         TRY(dlt_memory_stat(ctx, DLT_MEM_PEAK_ALLOCATED, &peak));
         double acc = -1;
         if (test_loader) {
+            /* evaluation runs in the training precision (the loader feeds fp16/bf16) */
             TRY(dlt_loader_start_epoch(test_loader, 0));
-            TRY(dlt_evaluate_accuracy(model, test_loader, &acc));
+            if (o.amp >= 0) TRY(dlt_autocast_begin(ctx, o.amp));
+            dlt_status est = dlt_evaluate_accuracy(model, test_loader, &acc);
+            if (o.amp >= 0) TRY(dlt_autocast_end(ctx));
+            TRY(est);
         }
         report_epoch(&run, epoch, i, nb, images, dt, peak, acc);
         if (o.save) {

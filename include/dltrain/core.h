@@ -208,8 +208,9 @@ DLT_API DLT_NODISCARD dlt_status dlt_event_record(dlt_event *ev);
 DLT_API DLT_NODISCARD dlt_status dlt_event_elapsed_ms(dlt_event *start, dlt_event *end, double *ms);
 
 /** Opens a named profiler range on the context (NVTX on CUDA, so Nsight Systems and Nsight
- *  Compute timelines show it; nothing on the CPU). The library itself marks every layer op,
- *  backward node and optimizer step. Ranges nest; pop closes the innermost. No cost without
+ *  Compute timelines show it; nothing on the CPU). The library itself marks the forwards of
+ *  conv2d, batchnorm, max-pool, linear and cross-entropy, every backward node ("backward"
+ *  around the whole pass) and the optimizer step. Ranges nest; pop closes the innermost. No cost without
  *  an attached profiler. The name is copied. */
 DLT_API DLT_NODISCARD dlt_status dlt_range_push(dlt_ctx *ctx, const char *name);
 /** Closes the innermost range opened by dlt_range_push on ctx. */

@@ -31,6 +31,7 @@ typedef struct dlt_graph dlt_graph;
 typedef dlt_status (*dlt_step_fn)(void *user);
 
 /** Warms up and captures. The captured call is not executed: the first dlt_graph_run is.
+ *  Synchronises once, between the warm-up and the capture.
  *  @return DLT_OK (captured or eager fallback), the step's own failure status, out of
  *  memory. */
 DLT_API DLT_NODISCARD dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t warmup,

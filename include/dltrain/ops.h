@@ -74,7 +74,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_mul_scalar(dlt_tensor *x, dlt_tensor *s, do
                                                 dlt_tensor **out);
 
 /** Sum and mean of all elements: a one-element tensor of x's dtype ([] shape), accumulated
- *  in fp32. */
+ *  in fp32 on CUDA (double on the CPU). */
 DLT_API DLT_NODISCARD dlt_status dlt_sum(dlt_tensor *x, dlt_tensor **out);
 /** dlt_mean: the sum divided by the number of elements (NaN for an empty tensor). */
 DLT_API DLT_NODISCARD dlt_status dlt_mean(dlt_tensor *x, dlt_tensor **out);

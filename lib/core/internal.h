@@ -371,7 +371,7 @@ struct dlt_backend {
     /* dx[:] = dy[0] * alpha */
     dlt_status (*broadcast_scalar)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, double alpha);
 
-    /* relu: y = max(x, 0) (NaN propagates); backward dx = dy * (y > 0) */
+    /* relu: y = max(x, 0) (NaN propagates); backward dx = dy unless y <= 0 (NaN passes, as PyTorch) */
     dlt_status (*relu_fwd)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x);
     dlt_status (*relu_bwd)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y);
 
@@ -401,7 +401,7 @@ struct dlt_backend {
                               const dlt_tensor *running_var, dlt_tensor *save_mean,
                               dlt_tensor *save_invstd, double eps);
     /* Backward. y (may be NULL) is the forward output: when relu was fused, dy is masked by
-     * y > 0 first. dresidual (may be NULL) receives the masked dy. dgamma/dbeta (may be NULL)
+     * y <= 0 first (zeroed there). dresidual (may be NULL) receives the masked dy. dgamma/dbeta (may be NULL)
      * are written with beta_acc. batch_stats=1: the training formula; 0: stats constant. */
     dlt_status (*bn_bwd)(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dresidual, dlt_tensor *dgamma,
                          dlt_tensor *dbeta, int32_t beta_acc, const dlt_tensor *dy,

@@ -12,7 +12,7 @@
  * gradients are dropped and the node is marked consumed.
  *
  * A node never holds a strong reference to its own outputs (that would be a cycle through
- * grad_fn): an op that needs its output saves a detached alias (dlt__save_output).
+ * grad_fn): an op that needs its output saves a detached alias (dlt__alias).
  */
 #include <stdlib.h>
 #include <string.h>

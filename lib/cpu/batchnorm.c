@@ -174,7 +174,7 @@ dlt_status dlt__cpu_bn_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dresidual, 
     /* pass 1: masked dy (written to dresidual) and the per-channel sums */
     BN_FOR_EACH(x, i, c, {
         double gv = (double)dlt__ld(pdy, dy->dtype, i);
-        if (py && !(dlt__ld(py, y->dtype, i) > 0.0f)) gv = 0.0;
+        if (py && dlt__ld(py, y->dtype, i) <= 0.0f) gv = 0.0;
         if (pdr) dlt__st(pdr, dresidual->dtype, i, (float)gv);
         sdy[c] += gv;
         sdyx[c] += gv * ((double)dlt__ld(px, dt, i) - (double)mean[c]);
@@ -201,7 +201,7 @@ dlt_status dlt__cpu_bn_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dresidual, 
         /* pass 2: dx = gamma*invstd * (g - mean(g) - xhat*mean(g*xhat)) */
         BN_FOR_EACH(x, i, c, {
             double gv = (double)dlt__ld(pdy, dy->dtype, i);
-            if (py && !(dlt__ld(py, y->dtype, i) > 0.0f)) gv = 0.0;
+            if (py && dlt__ld(py, y->dtype, i) <= 0.0f) gv = 0.0;
             const double xhat = ((double)dlt__ld(px, dt, i) - (double)mean[c]) * (double)invstd[c];
             dlt__st(pdx, dx->dtype, i, (float)(k1[c] * (gv - mdy[c] - xhat * mdyx[c])));
         });

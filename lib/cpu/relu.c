@@ -1,6 +1,6 @@
 /*
  * relu.c - CPU ReLU. Forward y = max(x, 0) with NaN propagated (x > 0 ? x : (x != x ? x : 0));
- * backward dx = dy where y > 0, else 0 (PyTorch's threshold_backward on the output).
+ * backward dx = dy unless y <= 0 (PyTorch's threshold_backward on the output: a NaN output passes its gradient).
  * Elementwise in memory order: works for any format as long as all tensors share it.
  */
 #include "cpu.h"
@@ -21,6 +21,6 @@ dlt_status dlt__cpu_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
     const void *pdy = dlt__data(dy), *py = dlt__data(y);
     void *pdx = dlt__data(dx);
     for (int64_t i = 0; i < dx->numel; i++)
-        dlt__st(pdx, dx->dtype, i, dlt__ld(py, y->dtype, i) > 0.0f ? dlt__ld(pdy, dy->dtype, i) : 0.0f);
+        dlt__st(pdx, dx->dtype, i, !(dlt__ld(py, y->dtype, i) <= 0.0f) ? dlt__ld(pdy, dy->dtype, i) : 0.0f);
     return DLT_OK;
 }

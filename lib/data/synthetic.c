@@ -9,7 +9,9 @@
  *   noise of image i        16 bytes per block (NOISE | i*192 + j), j = 0..191
  *   pattern of class c      16 bytes per block (PATTERN | c*192 + j)
  * With learnable=1 a pixel is (3*pattern + noise) / 4: each class has its own fixed
- * picture under 25% noise, which a small model separates within a few steps. With 0 a
+ * picture under 25% noise, which a small model separates within a few steps. The class
+ * pictures come from a fixed key, not the seed: datasets made with different seeds are
+ * independent samples of the same task (a training set and a test set). With learnable=0 a
  * pixel is the noise byte and labels carry no information (benchmarks).
  *
  * Images are generated on the host in chunks and uploaded through the dataset's staging
@@ -25,6 +27,7 @@
 #define DOMAIN_PATTERN (UINT64_C(3) << 56)
 #define BLOCKS_PER_IMAGE (DLT_DATA_IMAGE_BYTES / 16)
 #define CHUNK_IMAGES 1024
+#define PATTERN_KEY UINT64_C(0x5EED0FC1A55E5000) /* the task's class pictures */
 
 /* 3072 random bytes for (domain, item) */
 static void random_image(uint64_t seed, uint64_t domain, int64_t item, uint8_t *dst) {
@@ -64,7 +67,7 @@ dlt_status dlt_synthetic_dataset_create(dlt_ctx *ctx, int64_t n, int32_t num_cla
     }
     if (cache_patterns)
         for (int32_t c = 0; c < num_classes; c++)
-            random_image(seed, DOMAIN_PATTERN, c, pat + (size_t)c * DLT_DATA_IMAGE_BYTES);
+            random_image(PATTERN_KEY, DOMAIN_PATTERN, c, pat + (size_t)c * DLT_DATA_IMAGE_BYTES);
     for (int64_t i0 = 0; i0 < n; i0 += chunk) {
         int64_t k = n - i0 < chunk ? n - i0 : chunk;
         for (int64_t r = 0; r < k; r++) {
@@ -79,7 +82,7 @@ dlt_status dlt_synthetic_dataset_create(dlt_ctx *ctx, int64_t n, int32_t num_cla
                 if (cache_patterns)
                     p = pat + (size_t)label * DLT_DATA_IMAGE_BYTES;
                 else
-                    random_image(seed, DOMAIN_PATTERN, label, one_pat);
+                    random_image(PATTERN_KEY, DOMAIN_PATTERN, label, one_pat);
                 for (int q = 0; q < DLT_DATA_IMAGE_BYTES; q++)
                     img[q] = (uint8_t)((3u * p[q] + img[q]) >> 2);
             }

@@ -2,7 +2,7 @@
  * elementwise.c - front doors of the elementwise and reduction ops: relu, add, mul_scalar,
  * sum, mean, cast, plus the differentiable helpers that autocast and layout changes use.
  *
- * Gradients: relu dx = dy * (y > 0) (saved: an alias of y); add passes dy to both inputs;
+ * Gradients: relu dx = dy unless y <= 0 (saved: an alias of y); add passes dy to both inputs;
  * mul_scalar dx = dy * s * alpha (s is not differentiated); sum/mean broadcast dy (* 1/n);
  * cast converts dy back to the input dtype; to_format converts dy back to the input format.
  */
