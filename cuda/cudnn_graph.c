@@ -92,7 +92,13 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
         c->settings.conv_impl = impl_from_env("DLT_CONV_IMPL");
         c->settings.bn_impl = impl_from_env("DLT_BN_IMPL");
         c->settings.autotune = flag_from_env("DLT_CUDNN_AUTOTUNE");
-        c->settings.bn_cudnn_running = flag_from_env("DLT_BN_CUDNN_RUNNING_STATS");
+        /* cuDNN updates the running statistics in its BN graph (unbiased variance, checked
+         * against PyTorch on the H200 by tests/cuda_conv_bn.c): one kernel less per BN.
+         * DLT_BN_CUDNN_RUNNING_STATS=0 uses our kernel instead. */
+        {
+            const char *v = getenv("DLT_BN_CUDNN_RUNNING_STATS");
+            c->settings.bn_cudnn_running = !(v && strcmp(v, "0") == 0);
+        }
         s->plans = c;
         s->plans_free = cache_free;
     }

@@ -60,8 +60,9 @@ static void gpu_begin(const char *group, const char *conv_impl, const char *bn_i
     if (conv_impl) setenv("DLT_CONV_IMPL", conv_impl, 1); else unsetenv("DLT_CONV_IMPL");
     if (bn_impl) setenv("DLT_BN_IMPL", bn_impl, 1); else unsetenv("DLT_BN_IMPL");
     if (autotune) setenv("DLT_CUDNN_AUTOTUNE", "1", 1); else unsetenv("DLT_CUDNN_AUTOTUNE");
-    if (cudnn_running) setenv("DLT_BN_CUDNN_RUNNING_STATS", "1", 1);
-    else unsetenv("DLT_BN_CUDNN_RUNNING_STATS");
+    /* both ways of updating the running statistics are checked: cuDNN's (the default) in the
+     * cudnn-running group, our kernel from cuDNN's saved statistics in the others */
+    setenv("DLT_BN_CUDNN_RUNNING_STATS", cudnn_running ? "1" : "0", 1);
     g_gpu = th_cuda_ctx();
     if (!g_gpu) snprintf(g_gpu_skip, sizeof g_gpu_skip, "%s", th_skip_reason);
 }
