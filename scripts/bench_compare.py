@@ -20,9 +20,10 @@ import torch_resnet50 as A  # noqa: E402
 torch_rows = {}
 for b in [int(x) for x in args.batches.split(",")]:
     A.B = b
+    # PyTorch eager runs only at batch 256 (it is host-bound: ~23 ms/step at any batch)
     for name, fn in [("cudagraph_nhwc_bf16_whole_step", lambda n: A.graphed_variant(n))] + (
-            [("eager_nhwc_fp16_scaler", lambda n: A.amp_variant(n, True, A.torch.float16, True)),
-             ("eager_nhwc_bf16", lambda n: A.amp_variant(n, True, A.torch.bfloat16, False))] if args.eager else []):
+            [("eager_nhwc_fp16_scaler", lambda n: A.amp_variant(n, True, A.torch.float16, True))]
+            if args.eager and b == 256 else []):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             fn(name)

@@ -87,9 +87,18 @@ if has bench; then
 fi
 
 if has example; then
+  t=$(date +%s)
   ./build-gpu/examples/gpu_report --quick >"$OUT/gpu_report.txt" 2>&1; note "gpu_report rc=$?"
-  ./build-gpu/examples/resnet50_cifar10 --steps ${EX_STEPS:-60} --epochs 1 --log-every 20 >"$OUT/example.txt" 2>&1
-  note "resnet50_cifar10 synthetic rc=$?: $(grep -E '^epoch 0' "$OUT/example.txt" | head -1)"
+  ./build-gpu/examples/resnet50_cifar10 --epochs 1 --log-every 49 >"$OUT/example-resnet50.txt" 2>&1
+  note "resnet50_cifar10 1 epoch synthetic rc=$?: $(grep -E '^epoch 0' "$OUT/example-resnet50.txt" | head -1)"
+  ./build-gpu/examples/grad_accum --epochs 1 --log-every 49 >"$OUT/example-grad-accum.txt" 2>&1
+  note "grad_accum 1 epoch synthetic rc=$?: $(grep -E '^epoch 0' "$OUT/example-grad-accum.txt" | head -1)"
+  ./build-gpu/examples/resnet50_cifar10 --data .device/cifar10 --epochs 3 --eval --log-every 20 >"$OUT/example-real.txt" 2>&1
+  note "resnet50_cifar10 3 epochs real subset rc=$?: $(grep -E '^epoch 2' "$OUT/example-real.txt" | head -1)"
+  DLTRAIN_LIBRARY=$(pwd)/build-gpu/libdltrain.so PYTHONPATH=$(pwd)/bindings/python \
+    python3 examples/python/resnet50_cifar10.py --device cuda --steps 20 >"$OUT/example-python.txt" 2>&1
+  note "python resnet50 20 steps cuda rc=$?: $(tail -2 "$OUT/example-python.txt" | tr '\n' ' ')"
+  note "examples: $(( $(date +%s) - t )) s"
 fi
 
 if has profile; then
@@ -101,6 +110,20 @@ if has profile; then
     >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   note "profile rc=$? ($(( $(date +%s) - t )) s)"
   python3 scripts/device/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu-summary.txt" | head -45
+fi
+
+if has autotune; then
+  t=$(date +%s)
+  DLT_CUDNN_AUTOTUNE=1 build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode graph >"$OUT/bench-autotune.txt" 2>&1
+  note "bench with DLT_CUDNN_AUTOTUNE=1 ($(( $(date +%s) - t )) s): $(grep -E '^\| 256' "$OUT/bench-autotune.txt" | tr -s ' ')"
+fi
+
+if has parity && [ -f tests/interop/torch_train_parity.py ]; then
+  t=$(date +%s)
+  timeout ${PARITY_TIMEOUT:-300} python3 tests/interop/torch_train_parity.py --lib build-gpu/libdltrain.so \
+    --data .device/cifar10 --device cuda >"$OUT/parity.txt" 2>&1
+  note "parity rc=$? ($(( $(date +%s) - t )) s)"
+  tail -40 "$OUT/parity.txt"
 fi
 
 if has fixtures && [ -f tests/fixtures/gen_resnet_fixture.py ]; then
