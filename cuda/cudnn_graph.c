@@ -603,6 +603,10 @@ dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescrip
             s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
         if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
+        /* A config that cuDNN rejects can leave a CUDA runtime error behind (e.g. an invalid
+         * launch attribute tried internally); it is cuDNN's and handled, so it must not be
+         * picked up by our next launch check. Measured on the H200: cudaErrorInvalidValue. */
+        (void)cudaGetLastError();
         int64_t ws = 0, nws = 0;
         if (s == CUDNN_STATUS_SUCCESS)
             s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
@@ -702,6 +706,9 @@ dlt_status dlt__cudnn_execute(dlt_ctx *ctx, dlt_cudnn_plan *p, void *const *ptrs
     }
     cudnnStatus_t s = cudnnBackendExecute(cs->cudnn, p->plan, p->vpack);
     if (s != CUDNN_STATUS_SUCCESS) return exec_fail(ctx, s, func, what, "cudnnBackendExecute");
+    /* launch errors of cuDNN's own kernels are reported through its status; a runtime error
+     * left over from its internals must not surface at our next launch check */
+    (void)cudaGetLastError();
     return DLT_OK;
 }
 

@@ -272,6 +272,7 @@ dlt_status gemm_try(dlt_ctx *ctx, const GemmCall &g, const char *F, int *done) {
     if (s != CUBLAS_STATUS_SUCCESS && g.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
         (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)) {
         p->usable = 0;
+        (void)cudaGetLastError(); /* the refused fused call's runtime error, if any, is handled */
         return DLT_OK;
     }
     if (s != CUBLAS_STATUS_SUCCESS) return dlt__cublas_fail(ctx, s, F, "cublasLtMatmul");

@@ -64,9 +64,13 @@ void report_progress_clear(report_run *r) {
 }
 
 void report_epoch(report_run *r, int64_t epoch, int64_t steps, int64_t steps_per_epoch, int64_t images,
-                  double seconds, uint64_t peak_bytes, double test_acc) {
+                  double seconds, uint64_t peak_bytes, double test_acc, double steady_seconds,
+                  int64_t steady_steps, int64_t steady_images) {
     printf("epoch %lld: %lld steps in %.2f s, %.0f images/s, peak memory %.1f MiB", (long long)epoch,
            (long long)steps, seconds, images / seconds, peak_bytes / 1048576.0);
+    if (steady_seconds > 0)
+        printf(" (after the first step: %lld steps in %.2f s, %.0f images/s)", (long long)steady_steps,
+               steady_seconds, steady_images / steady_seconds);
     if (test_acc >= 0) printf(", test accuracy %.2f%%", 100.0 * test_acc);
     printf("\n");
     fflush(stdout);
@@ -79,6 +83,9 @@ void report_epoch(report_run *r, int64_t epoch, int64_t steps, int64_t steps_per
     e->seconds = seconds;
     e->peak_bytes = peak_bytes;
     e->test_acc = test_acc;
+    e->steady_seconds = steady_seconds;
+    e->steady_steps = steady_steps;
+    e->steady_images = steady_images;
 }
 
 /* Epoch time: the mean of the full epochs after the first (which includes plan building and
@@ -110,6 +117,13 @@ static void summarise(const report_run *r, double *epoch_s, int *estimated, doub
         return;
     }
     const report_epoch_rec *e = &r->ep[r->n_ep - 1];
+    if (e->steady_seconds > 0 && e->steady_steps > 0) {
+        /* a single epoch: leave out the first step (plan building, warm-up) and scale */
+        *img_s = e->steady_images / e->steady_seconds;
+        *epoch_s = e->steady_seconds / e->steady_steps * e->steps_per_epoch;
+        *estimated = 1;
+        return;
+    }
     *img_s = e->images / e->seconds;
     *epoch_s = e->seconds / e->steps * e->steps_per_epoch;
     *estimated = e->steps != e->steps_per_epoch;

@@ -16,6 +16,9 @@ typedef struct report_epoch_rec {
     double seconds;
     uint64_t peak_bytes;
     double test_acc; /* < 0: not measured */
+    /* the epoch without its first step (plan building), when it held the run's first step */
+    double steady_seconds; /* < 0: not applicable */
+    int64_t steady_steps, steady_images;
 } report_epoch_rec;
 
 typedef struct report_run {
@@ -35,7 +38,8 @@ void report_monitor_stop(report_run *r);
 void report_progress(report_run *r, int64_t epoch, int64_t step, int64_t steps_per_epoch);
 void report_progress_clear(report_run *r);
 void report_epoch(report_run *r, int64_t epoch, int64_t steps, int64_t steps_per_epoch, int64_t images,
-                  double seconds, uint64_t peak_bytes, double test_acc);
+                  double seconds, uint64_t peak_bytes, double test_acc, double steady_seconds,
+                  int64_t steady_steps, int64_t steady_images);
 void report_table(const report_run *r, const char *model, const char *device, int64_t batch, int32_t amp,
                   int64_t accum, int on_gpu);
 void report_json(const report_run *r, const char *model, const char *device, int64_t batch, int32_t amp,

@@ -264,8 +264,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     for (int64_t epoch = start_epoch; epoch < o.epochs && !stop; epoch++) {
         TRY(dlt_loader_start_epoch(loader, epoch));
         TRY(dlt_memory_reset_peak(ctx));
-        double t0 = now_s();
-        int64_t i = 0, images = 0;
+        double t0 = now_s(), t_steady = -1;
+        int64_t i = 0, images = 0, images_steady = 0, steps_steady = 0;
         double last_loss = NAN;
         dlt_tensor *x = NULL, *y = NULL;
         int32_t has = 0;
@@ -301,10 +301,17 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
                 }
             }
             images += dlt_tensor_dim(x, 0);
+            images_steady += dlt_tensor_dim(x, 0);
+            steps_steady++;
             int log_now = o.log_every > 0 && (global_step % o.log_every == 0);
             if (log_now || first_step_s < 0) {
                 TRY(dlt_tensor_item(loss, &last_loss));
-                if (first_step_s < 0) first_step_s = now_s() - t_start;
+                if (first_step_s < 0) { /* plan building and warm-up end with the first step */
+                    first_step_s = now_s() - t_start;
+                    t_steady = now_s();
+                    steps_steady = 0; /* the counters of this step were already advanced */
+                    images_steady = 0;
+                }
             }
             if (log_now) {
                 report_progress_clear(&run);
@@ -334,7 +341,9 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
             if (o.amp >= 0) TRY(dlt_autocast_end(ctx));
             TRY(est);
         }
-        report_epoch(&run, epoch, i, nb, images, dt, peak, acc);
+        /* the epoch that held the first step also reports its time without it */
+        double steady = (t_steady > 0 && steps_steady > 0) ? now_s() - t_steady : -1;
+        report_epoch(&run, epoch, i, nb, images, dt, peak, acc, steady, steps_steady, images_steady);
         if (o.save) {
             TRY(dlt_checkpoint_save(o.save, model, opt, scaler, epoch + 1, global_step));
             printf("saved %s\n", o.save);

@@ -65,11 +65,13 @@ fi
 if has memcheck; then
   t=$(date +%s)
   # in parallel: the GPU has room for all of them, and memcheck is CPU-bound
-  for tname in ${MEMCHECK_TESTS:-cuda_tensor cuda_ops cuda_optim cuda_data cuda_conv_bn cuda_nn}; do
+  for spec in ${MEMCHECK_TESTS:-cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running}; do
+    tname=${spec%%:*}; group=""; [ "$spec" != "$tname" ] && group=${spec#*:}
     [ -x build-gpu/tests/$tname ] || continue
-    ( DLT_SOURCE_ROOT=$(pwd) timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --leak-check full \
-        --report-api-errors no --error-exitcode 99 build-gpu/tests/$tname >"$OUT/memcheck-$tname.log" 2>&1
-      echo "rc=$?" >>"$OUT/memcheck-$tname.log" ) &
+    log="$OUT/memcheck-$tname${group:+-$group}.log"
+    ( DLT_TEST_GROUPS=$group DLT_SOURCE_ROOT=$(pwd) timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck \
+        --leak-check full --report-api-errors no --error-exitcode 99 build-gpu/tests/$tname >"$log" 2>&1
+      echo "rc=$?" >>"$log" ) &
   done
   wait
   for f in "$OUT"/memcheck-*.log; do

@@ -29,6 +29,6 @@ APP
 if ${CC:-cc} "$tmp/app.c" -o "$tmp/app" $(pkg-config --cflags --libs dltrain) 2>"$tmp/err"; then
   echo "ok 2 - consumer builds with pkg-config --cflags --libs dltrain"
 else echo "not ok 2 - consumer build"; sed 's/^/# /' "$tmp/err"; exit 0; fi
-if out=$(LD_LIBRARY_PATH="$(pkg-config --variable=libdir dltrain)" "$tmp/app" 2>&1); then
+if out=$(LD_LIBRARY_PATH="$(pkg-config --variable=libdir dltrain)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/app" 2>&1); then
   echo "ok 3 - consumer runs against the installed library # $out"
 else echo "not ok 3 - consumer run"; echo "# $out"; fi
