@@ -87,7 +87,6 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (s->plans && s->plans_free) s->plans_free(s->plans);
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
-    if (s->tickets) cudaFreeAsync(s->tickets, s->stream);
     if (s->stream) cudaStreamSynchronize(s->stream);
     if (s->cudnn) cudnnDestroy(s->cudnn);
     if (s->gemm && s->gemm_free) s->gemm_free(s->gemm);
@@ -167,8 +166,6 @@ static dlt_status cuda_ctx_init(dlt_ctx *ctx) {
         st = dlt__cublas_fail(NULL, bs, F, "cuBLAS set-up");
         goto fail;
     }
-    INIT_CU(cudaMallocFromPoolAsync(&s->tickets, 256, s->pool, s->stream));
-    INIT_CU(cudaMemsetAsync(s->tickets, 0, 256, s->stream));
     cudnnStatus_t ds = cudnnCreate(&s->cudnn);
     if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(s->cudnn, s->stream);
     if (ds != CUDNN_STATUS_SUCCESS) {
@@ -300,7 +297,7 @@ dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out) {
         return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, "dlt_workspace", "injected allocation failure");
     cudaError_t e = cudaMallocFromPoolAsync(&p, want, s->pool, s->stream);
     if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_workspace", "cudaMallocFromPoolAsync");
-    if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
+    if (s->workspace && cudaFreeAsync(s->workspace, s->stream) != cudaSuccess) (void)cudaGetLastError();
     s->workspace = p;
     s->workspace_size = want;
     *out = p;
@@ -320,8 +317,7 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
     size_t want = n < 4096 ? 4096 : n + n / 4;
     cudaError_t e = cudaMallocFromPoolAsync(&p, want, s->pool, s->stream);
     if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_scratch", "cudaMallocFromPoolAsync");
-    if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
-    if (s->tickets) cudaFreeAsync(s->tickets, s->stream);
+    if (s->scratch && cudaFreeAsync(s->scratch, s->stream) != cudaSuccess) (void)cudaGetLastError();
     s->scratch = p;
     s->scratch_size = want;
     *out = p;

@@ -38,9 +38,6 @@ typedef struct dlt_cuda_state {
     void *scratch;
     size_t scratch_size;
     uint64_t live_allocs;
-    /* zeroed counters for "last block finishes" reductions (batchnorm.cu): a kernel takes a
-     * ticket per block and the last block resets it, so it is zero again for the next launch */
-    void *tickets;
     int sm_count;
     char name[256];
     dlt_cuda_plan_cache *plans; /* cuDNN execution plans per op and shape (conv2d.cu, batchnorm.cu) */
