@@ -559,6 +559,77 @@ static void test_train_small_network(void) {
     dlt_tensor_release(y);
 }
 
+/* The AMP recipe end to end on a small convolutional network: conv-BN-ReLU-maxpool-flatten-
+ * linear built from the modules, fp16 autocast, GradScaler, SGD with momentum, on the
+ * learnable synthetic task (4 class pictures under noise) read through the loader. The
+ * scaler starts at 65536 (its first steps overflow and are skipped, as in PyTorch); training
+ * accuracy must pass 95%. */
+static void test_train_conv_network_amp(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *ld = NULL;
+    dlt_module *net = NULL, *m = NULL;
+    dlt_optimizer *opt = NULL;
+    dlt_grad_scaler *sc = NULL;
+    CHECK_OK(dlt_ctx_set_seed(g_ctx, 5));
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 256, 4, 11, 1, &ds));
+    CHECK_OK(dlt_loader_create(ds, 64, 1, 0, 3, &ld));
+    CHECK_OK(dlt_sequential_create(g_ctx, &net));
+    CHECK_OK(dlt_conv2d_create(g_ctx, 3, 16, 3, 3, 2, 1, 1, 1, 0, &m));
+    CHECK_OK(dlt_sequential_append(net, NULL, m));
+    CHECK_OK(dlt_batchnorm2d_create(g_ctx, 16, 1e-5, 0.1, &m));
+    CHECK_OK(dlt_sequential_append(net, NULL, m));
+    CHECK_OK(dlt_relu_create(g_ctx, &m));
+    CHECK_OK(dlt_sequential_append(net, NULL, m));
+    CHECK_OK(dlt_max_pool2d_create(g_ctx, 2, 2, 0, &m));
+    CHECK_OK(dlt_sequential_append(net, NULL, m));
+    CHECK_OK(dlt_flatten_create(g_ctx, &m));
+    CHECK_OK(dlt_sequential_append(net, NULL, m));
+    CHECK_OK(dlt_linear_create(g_ctx, 16 * 8 * 8, 4, 1, &m));
+    CHECK_OK(dlt_sequential_append(net, NULL, m));
+    dlt_tensor *params[16];
+    int32_t np = 0;
+    CHECK_OK(dlt_module_params(net, params, 16, &np));
+    CHECK_OK(dlt_sgd_create(params, np, 0.05, 0.9, 0.0, 0.0, 0, 0, &opt));
+    CHECK_OK(dlt_grad_scaler_create(g_ctx, 65536.0, 2.0, 0.5, 2000, 1, &sc));
+    double first = -1, last = -1;
+    for (int epoch = 0; epoch < 6; epoch++) {
+        CHECK_OK(dlt_loader_start_epoch(ld, epoch));
+        for (;;) {
+            dlt_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL, *scaled = NULL;
+            int32_t has = 0;
+            CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+            if (!has) break;
+            CHECK_OK(dlt_optimizer_zero_grad(opt, 1));
+            CHECK_OK(dlt_autocast_begin(g_ctx, DLT_F16));
+            CHECK_OK(dlt_module_forward(net, x, &logits));
+            CHECK_OK(dlt_cross_entropy(logits, y, -100, DLT_REDUCTION_MEAN, &loss));
+            CHECK_OK(dlt_autocast_end(g_ctx));
+            CHECK_OK(dlt_grad_scaler_scale(sc, loss, &scaled));
+            CHECK_OK(dlt_backward(scaled, NULL));
+            CHECK_OK(dlt_grad_scaler_step(sc, opt));
+            CHECK_OK(dlt_grad_scaler_update(sc));
+            CHECK_OK(dlt_tensor_item(loss, &last));
+            if (first < 0) first = last;
+            dlt_tensor_release(logits);
+            dlt_tensor_release(loss);
+            dlt_tensor_release(scaled);
+        }
+    }
+    double acc = 0, scale = 0;
+    CHECK_OK(dlt_autocast_begin(g_ctx, DLT_F16));
+    CHECK_OK(dlt_evaluate_accuracy(net, ld, &acc));
+    CHECK_OK(dlt_autocast_end(g_ctx));
+    CHECK_OK(dlt_grad_scaler_get_scale(sc, &scale));
+    printf("# conv net: loss %.4f -> %.4f, training accuracy %.3f, scale %g\n", first, last, acc, scale);
+    CHECK(acc > 0.95, "training accuracy %.3f", acc);
+    CHECK(scale < 65536.0, "the first fp16 steps overflow and back the scale off (scale %g)", scale);
+    dlt_grad_scaler_destroy(sc);
+    dlt_optimizer_destroy(opt);
+    dlt_module_destroy(net);
+    dlt_loader_destroy(ld);
+    dlt_dataset_destroy(ds);
+}
+
 int main(void) {
     g_ctx = th_cpu_ctx();
     RUN(test_defaults_and_scale);
@@ -573,6 +644,7 @@ int main(void) {
     RUN(test_disabled);
     RUN(test_two_optimizers);
     RUN(test_train_small_network);
+    RUN(test_train_conv_network_amp);
     dlt_ctx_destroy(g_ctx);
     return th_done();
 }
