@@ -70,7 +70,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_get_scale(dlt_grad_scaler *s, d
 /** The scale as a one-element f32 device tensor (borrowed), NULL when disabled. */
 DLT_API dlt_tensor *dlt_grad_scaler_scale_tensor(dlt_grad_scaler *s);
 /** 1 if the last unscale found inf/NaN in the optimizer's gradients (0 if the scaler never
- *  unscaled it, or is disabled). Synchronises. */
+ *  unscaled it, or is disabled). DLT_ERR_CONTEXT_MISMATCH when the optimizer is on another
+ *  context. Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_found_inf(dlt_grad_scaler *s, dlt_optimizer *opt,
                                                            int32_t *out);
 

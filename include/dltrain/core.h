@@ -225,6 +225,13 @@ DLT_API DLT_NODISCARD dlt_status dlt_range_pop(dlt_ctx *ctx);
 DLT_API dlt_status dlt_testing_fail_alloc(dlt_ctx *ctx, int64_t n);
 /** Number of allocations made on behalf of this context since creation. */
 DLT_API dlt_status dlt_testing_alloc_count(dlt_ctx *ctx, int64_t *out);
+/** Makes the n-th file operation of a save from now on fail (1 = the next); n <= 0 switches
+ *  injection off. Counted, in order, for every file the library writes (checkpoints,
+ *  safetensors): each write() of file data (the failing one first writes half its bytes, as
+ *  a filling disk does, then reports ENOSPC), the fsync (EIO), the close (EIO) and the
+ *  rename over the destination (EIO). Process-wide, not per context; one failure per
+ *  arming. */
+DLT_API dlt_status dlt_testing_fail_write(int64_t n);
 
 #ifdef __cplusplus
 }

@@ -119,7 +119,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_loader_epoch_order(dlt_loader *ld, int64_t 
  * Accuracy of model over every batch of ld (one epoch from its current settings; no-grad and
  * evaluation mode, restored afterwards). Counted on the device; one read at the end, which
  * synchronises. The pass restarts the loader's current epoch (0 if it never ran) and leaves
- * the loader at that epoch's end.
+ * the loader at that epoch's end. DLT_ERR_CONTEXT_MISMATCH (nothing changed) when the model
+ * and the loader are on different contexts.
  */
 DLT_API DLT_NODISCARD dlt_status dlt_evaluate_accuracy(dlt_module *model, dlt_loader *ld, double *accuracy);
 

@@ -51,8 +51,10 @@ DLT_API DLT_NODISCARD dlt_status dlt_checkpoint_save(const char *path, const dlt
 /** Loads what dlt_checkpoint_save wrote into the given objects (each may be NULL except m;
  *  epoch/step may be NULL). All-or-nothing as dlt_module_load: every entry the given
  *  objects need must be present (a missing one is DLT_ERR_FORMAT, by name). A disabled
- *  scaler ignores the scaler entries, as PyTorch's does. Momentum buffers the optimizer
- *  holds but the file lacks are kept. Synchronises (as dlt_module_load). */
+ *  scaler ignores the scaler entries, as PyTorch's does. The optimizer's state is replaced
+ *  as by PyTorch's load_state_dict: a momentum buffer the file lacks (none held data at the
+ *  save) is emptied, and the next applied step starts it afresh. Synchronises (as
+ *  dlt_module_load). */
 DLT_API DLT_NODISCARD dlt_status dlt_checkpoint_load(const char *path, dlt_module *m, dlt_optimizer *opt,
                                                      dlt_grad_scaler *scaler, int64_t *epoch,
                                                      int64_t *step);

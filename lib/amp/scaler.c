@@ -213,7 +213,12 @@ dlt_status dlt_grad_scaler_step(dlt_grad_scaler *s, dlt_optimizer *opt) {
     DLT_CHECK(get_rec(s, opt, F, &r));
     if (r->stage == STAGE_STEPPED)
         return dlt__err(DLT_ERR_INVALID_STATE, F, "step() has already been called since the last update().");
-    if (r->stage == STAGE_READY) DLT_CHECK(unscale_rec(s, opt, r, F));
+    if (r->stage == STAGE_READY) {
+        /* the step's allocations before the unscale: if they fail, the gradients are still
+         * scaled and the stage is READY, so the step can simply be run again */
+        DLT_CHECK(dlt__optimizer_prepare(opt, F));
+        DLT_CHECK(unscale_rec(s, opt, r, F));
+    }
     DLT_CHECK(dlt__optimizer_step_found_inf(opt, rec_flag(s, r), F));
     r->stage = STAGE_STEPPED;
     return DLT_OK;
@@ -282,6 +287,9 @@ dlt_status dlt_grad_scaler_found_inf(dlt_grad_scaler *s, dlt_optimizer *opt, int
     DLT_NULL_CHECK(s, F);
     DLT_NULL_CHECK(opt, F);
     DLT_NULL_CHECK(out, F);
+    if (s->enabled && opt->ctx != s->ctx)
+        return dlt__err(DLT_ERR_CONTEXT_MISMATCH, F,
+                        "the optimizer and the scaler belong to different contexts");
     scaler_rec *r = s->enabled ? find_rec(s, opt) : NULL;
     if (!r) {
         *out = 0;

@@ -201,6 +201,25 @@ dlt_status dlt_tape_clear(dlt_ctx *ctx) {
     return DLT_OK;
 }
 
+/* ---- backend calls on gradients ----
+ * Kernels may assume numel > 0 (internal.h), and zero-size tensors have no storage to copy
+ * from: gradients of empty tensors (a batch of 0, a layer with 0 channels) skip the kernel.
+ * An empty gradient has no element to write, so skipping is the whole result. */
+
+static dlt_status be_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src, int32_t beta) {
+    return dst->numel ? ctx->be->accumulate(ctx, dst, src, beta) : DLT_OK;
+}
+static dlt_status be_fill(dlt_ctx *ctx, dlt_tensor *t, double v) {
+    return t->numel ? ctx->be->fill(ctx, t, v) : DLT_OK;
+}
+static dlt_status be_copy(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src) {
+    return dst->numel ? ctx->be->memcpy_d2d(ctx, dlt__data(dst), dlt__data(src), dlt__nbytes(dst))
+                      : DLT_OK;
+}
+static dlt_status be_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src) {
+    return dst->numel ? ctx->be->convert(ctx, dst, src) : DLT_OK;
+}
+
 /* ---- deferred leaf accumulations ----
  * Under autocast every conv/linear weight gradient arrives in fp16/bf16 and must be added
  * into the parameter's fp32 gradient: ~55 tiny conversion kernels per ResNet50 step. They
@@ -224,7 +243,8 @@ static dlt_status pend_flush(dlt_ctx *ctx) {
 /* Queues dst = beta*dst + g (g owned). Returns 0 when it cannot queue (caller writes now). */
 static int pend_push(dlt_ctx *ctx, dlt_tensor *dst, dlt_tensor *g, int32_t beta) {
     dlt_tape *tp = &ctx->tape;
-    if (!tp->in_backward || !ctx->be->accumulate_multi || dst->grad_pending || dst->format != g->format)
+    if (!tp->in_backward || !ctx->be->accumulate_multi || dst->grad_pending || dst->format != g->format ||
+        dst->numel == 0)
         return 0;
     if (tp->n_pend == tp->cap_pend) {
         int32_t cap = tp->cap_pend ? tp->cap_pend * 2 : 64;
@@ -264,7 +284,7 @@ dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g
             slot->written = 1;
             return DLT_OK;
         }
-        dlt_status st = ctx->be->accumulate(ctx, slot->dst, g, slot->beta);
+        dlt_status st = be_accumulate(ctx, slot->dst, g, slot->beta);
         dlt_tensor_release(g);
         if (st == DLT_OK) slot->written = 1;
         return st;
@@ -283,14 +303,14 @@ static dlt_status accumulate_into(dlt_ctx *ctx, dlt_tensor **acc, dlt_tensor *g)
     /* In place when nobody else can see the accumulator (not an alias of another grad). */
     if (a->refcount == 1 && a->storage->refcount == 1 && a->dtype == g->dtype &&
         a->format == g->format) {
-        dlt_status st = ctx->be->accumulate(ctx, a, g, 1);
+        dlt_status st = be_accumulate(ctx, a, g, 1);
         dlt_tensor_release(g);
         return st;
     }
     dlt_tensor *sum;
     DLT_CHECK(dlt__tensor_new_like(a, a->dtype, "dlt_backward", &sum));
-    dlt_status st = ctx->be->memcpy_d2d(ctx, dlt__data(sum), dlt__data(a), dlt__nbytes(a));
-    if (st == DLT_OK) st = ctx->be->accumulate(ctx, sum, g, 1);
+    dlt_status st = be_copy(ctx, sum, a);
+    if (st == DLT_OK) st = be_accumulate(ctx, sum, g, 1);
     dlt_tensor_release(g);
     if (st != DLT_OK) {
         dlt_tensor_release(sum);
@@ -321,7 +341,7 @@ static dlt_status deliver_to_leaf(dlt_ctx *ctx, dlt_tensor *leaf, dlt_tensor *g)
         }
     }
     dlt_status st = leaf_grad_buffer(leaf, &buf);
-    if (st == DLT_OK) st = ctx->be->accumulate(ctx, buf, g, leaf->grad_defined ? 1 : 0);
+    if (st == DLT_OK) st = be_accumulate(ctx, buf, g, leaf->grad_defined ? 1 : 0);
     dlt_tensor_release(g);
     if (st == DLT_OK) leaf->grad_defined = 1;
     return st;
@@ -398,14 +418,14 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
             dlt_tensor *g;
             if (grad) {
                 DLT_CHECK(dlt__tensor_new_like(root, root->dtype, F, &g));
-                dlt_status st = ctx->be->convert(ctx, g, grad);
+                dlt_status st = be_convert(ctx, g, grad);
                 if (st != DLT_OK) {
                     dlt_tensor_release(g);
                     return st;
                 }
             } else {
                 DLT_CHECK(dlt__tensor_new_like(root, root->dtype, F, &g));
-                dlt_status st = ctx->be->fill(ctx, g, 1.0);
+                dlt_status st = be_fill(ctx, g, 1.0);
                 if (st != DLT_OK) {
                     dlt_tensor_release(g);
                     return st;
@@ -432,10 +452,9 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
     dlt_tensor *seed;
     DLT_CHECK(dlt__tensor_new_like(root, root->dtype, F, &seed));
     dlt_status st = grad ? (grad->dtype == root->dtype && grad->format == root->format
-                                ? ctx->be->memcpy_d2d(ctx, dlt__data(seed), dlt__data(grad),
-                                                      dlt__nbytes(seed))
-                                : ctx->be->convert(ctx, seed, grad))
-                         : ctx->be->fill(ctx, seed, 1.0);
+                                ? be_copy(ctx, seed, grad)
+                                : be_convert(ctx, seed, grad))
+                         : be_fill(ctx, seed, 1.0);
     if (st != DLT_OK) {
         dlt_tensor_release(seed);
         return dlt__err_wrap(st, F);
@@ -477,6 +496,10 @@ dlt_status dlt_zero_grad(dlt_tensor *const *params, int32_t n, int32_t set_to_no
     for (int32_t i = 0; i < n; i++) {
         dlt_tensor *p = params[i];
         if (!p || !p->grad || !p->grad_defined) continue;
+        if (p->grad->numel == 0) {
+            if (set_to_none) p->grad_defined = 0;
+            continue;
+        }
         if (set_to_none) {
             p->grad_defined = 0; /* buffer kept; the next backward overwrites it */
         } else {

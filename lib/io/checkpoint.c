@@ -15,8 +15,11 @@
  * Loading is all-or-nothing: parse and validate the whole file, check every name, dtype
  * and shape against the objects (reporting the first mismatch by name), stage what needs a
  * device-side conversion (channels-last weights, momentum buffers) in temporary tensors, and
- * only then write into the model, optimizer and scaler.
+ * only then write into the model, optimizer and scaler. The optimizer's state is replaced
+ * whole (PyTorch's load_state_dict): momentum buffers absent from the file are emptied, so
+ * loading into objects that trained on after the save resumes exactly.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +136,16 @@ static dlt_status plan_module(dlt_module *m, const dlt__st_file *f, const char *
 }
 
 static dlt_status commit(dlt_module *m, dlt_optimizer *opt, load_plan *plan, const char *func) {
+    /* the optimizer's state is replaced, as by PyTorch's load_state_dict: a buffer that
+     * holds data now but had none when the file was saved is emptied (else a rollback into
+     * objects that trained on would keep momentum from after the checkpoint) */
+    for (int32_t k = 0; opt && k < dlt_optimizer_num_params(opt); k++) {
+        int in_file = 0;
+        for (int32_t i = 0; i < plan->n && !in_file; i++) in_file = plan->ops[i].opt_index == k;
+        if (in_file) continue;
+        dlt_status st = dlt__optimizer_reset_momentum_buffer(opt, k);
+        if (st != DLT_OK) return dlt__err_wrap(st, func);
+    }
     for (int32_t i = 0; i < plan->n; i++) {
         load_op *op = &plan->ops[i];
         dlt_status st;
@@ -359,7 +372,8 @@ static dlt_status plan_optimizer(dlt_module *m, dlt_optimizer *opt, const dlt__s
                                  const char *func) {
     DLT_CHECK(check_opt_params(m, opt, func));
     DLT_CHECK(read_scalar(f, "optimizer.lr", 0, path, func, &os->lr));
-    if (!isfinite(os->lr) || os->lr < 0)
+    /* the optimizer keeps lr in fp32: an F64 lr beyond its range would become inf */
+    if (!(os->lr >= 0) || os->lr > FLT_MAX)
         return dlt__err(DLT_ERR_FORMAT, func, "'optimizer.lr' in '%s' is %g, not a valid lr", path,
                         os->lr);
     DLT_CHECK(read_i64(f, "optimizer.step_count", path, func, &os->steps));
@@ -407,8 +421,10 @@ static dlt_status plan_scaler(const dlt__st_file *f, const char *path, scaler_st
     DLT_CHECK(read_scalar(f, "scaler.backoff_factor", 0, path, func, &s->bf));
     DLT_CHECK(read_i64(f, "scaler.growth_interval", path, func, &s->gi));
     DLT_CHECK(read_i64(f, "scaler._growth_tracker", path, func, &s->gt));
-    /* the rules of dlt_grad_scaler_create, checked here so that nothing changes on failure */
-    if (!isfinite(s->scale) || s->scale <= 0 || !(s->gf > 1) || !isfinite(s->gf) ||
+    /* the rules of dlt_grad_scaler_set_state, checked here so that nothing changes on
+     * failure; the scale lives in fp32, where an F64 scale must stay finite and non-zero */
+    if (!(s->scale > 0) || s->scale > FLT_MAX || !((float)s->scale > 0.0f) || !(s->gf > 1) ||
+        !isfinite(s->gf) ||
         !(s->bf > 0 && s->bf < 1) || s->gi < 1 || s->gi > INT32_MAX || s->gt < 0 ||
         s->gt > INT32_MAX)
         return dlt__err(DLT_ERR_FORMAT, func,

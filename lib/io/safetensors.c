@@ -16,13 +16,16 @@
  *
  * Writing orders the data by element size, largest first, as the safetensors library does,
  * so every tensor starts at a multiple of its element size (the header is padded with
- * spaces to a multiple of 8). The file is written as "<path>.tmp-<pid>", flushed, fsynced
- * and renamed over path; the directory is fsynced after the rename. A failed save removes
- * its temporary file and leaves path as it was.
+ * spaces to a multiple of 8). The file is written as "<path>.tmp-<pid>" with plain write()
+ * calls (no stdio buffer whose flush could fail unnoticed), fsynced, closed and renamed over
+ * path; the directory is fsynced after the rename. A failed save removes its temporary file
+ * and leaves path as it was. The file operations go through one set of helpers, which
+ * dlt_testing_fail_write can make fail.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,12 +305,20 @@ fail:
 
 dlt_status dlt__safetensors_read(const char *path, const char *func, dlt__st_file *out) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dlt__err(DLT_ERR_IO, func, "cannot open '%s': %s", path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a
+     * regular file); the flag changes nothing for regular files */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return dlt__err(DLT_ERR_IO, func, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
         return dlt__err(DLT_ERR_IO, func, "'%s' is not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return dlt__err(DLT_ERR_IO, func, "cannot open '%s': %s", path, strerror(e));
     }
     if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX / 2) {
         fclose(f);
@@ -451,8 +462,75 @@ static dlt_status describe(const dlt__st_out *e, const char *func, out_info *o) 
     return DLT_OK;
 }
 
-/* Writes the bytes of one tensor entry (logical order) to f, staging through *hb. */
-static dlt_status write_tensor(FILE *f, const dlt_tensor *t, size_t nbytes, void **hb,
+/* ---- file operations ----
+ * Every operation of a save that can fail on a full or broken disk goes through these
+ * helpers, so dlt_testing_fail_write can make any one of them fail: each write() of file
+ * data (a failing one first writes half its bytes, as a disk filling up does, then reports
+ * ENOSPC), the fsync, the close and the rename (EIO). */
+
+static _Atomic int64_t g_fail_io; /* > 0: the operation that brings it to 0 fails */
+
+dlt_status dlt_testing_fail_write(int64_t n) {
+    atomic_store(&g_fail_io, n > 0 ? n : 0);
+    return DLT_OK;
+}
+
+static int io_should_fail(void) {
+    int64_t c = atomic_load(&g_fail_io);
+    while (c > 0)
+        if (atomic_compare_exchange_weak(&g_fail_io, &c, c - 1)) return c == 1;
+    return 0;
+}
+
+/* Writes all n bytes (resuming after short writes and EINTR); -1 with errno on failure. */
+static int io_write_all(int fd, const void *p, size_t n) {
+    const char *q = p;
+    if (io_should_fail()) {
+        ssize_t w = n > 1 ? write(fd, q, n / 2) : 0;
+        (void)w;
+        errno = ENOSPC;
+        return -1;
+    }
+    while (n > 0) {
+        ssize_t w = write(fd, q, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        q += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int io_fsync(int fd) {
+    if (io_should_fail()) {
+        errno = EIO;
+        return -1;
+    }
+    return fsync(fd);
+}
+
+/* Closes fd in every case. */
+static int io_close(int fd) {
+    int rc = close(fd);
+    if (io_should_fail()) {
+        errno = EIO;
+        return -1;
+    }
+    return rc;
+}
+
+static int io_rename(const char *from, const char *to) {
+    if (io_should_fail()) {
+        errno = EIO;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+/* Writes the bytes of one tensor entry (logical order) to fd, staging through *hb. */
+static dlt_status write_tensor(int fd, const dlt_tensor *t, size_t nbytes, void **hb,
                                size_t *hcap, const char *path, const char *func) {
     if (nbytes == 0) return DLT_OK;
     if (*hcap < nbytes) {
@@ -471,7 +549,7 @@ static dlt_status write_tensor(FILE *f, const dlt_tensor *t, size_t nbytes, void
     if (st == DLT_OK) st = dlt_tensor_copy_to_host(src, *hb, nbytes);
     dlt_tensor_release(tmp);
     if (st != DLT_OK) return dlt__err_wrap(st, func);
-    if (fwrite(*hb, 1, nbytes, f) != nbytes)
+    if (io_write_all(fd, *hb, nbytes) != 0)
         return dlt__err(DLT_ERR_IO, func, "cannot write '%s': %s", path, strerror(errno));
     return DLT_OK;
 }
@@ -513,7 +591,7 @@ dlt_status dlt__safetensors_write(const char *path, const dlt__st_out *e, int32_
     int32_t *ord = calloc((size_t)(n ? n : 1), sizeof *ord);
     char *tmp = malloc(strlen(path) + 32);
     sbuf hdr = {0};
-    FILE *f = NULL;
+    int fd = -1;
     void *hb = NULL;
     size_t hcap = 0;
     if (!info || !ord || !tmp) {
@@ -567,52 +645,46 @@ dlt_status dlt__safetensors_write(const char *path, const dlt__st_out *e, int32_
     }
 
     snprintf(tmp, strlen(path) + 32, "%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         st = dlt__err(DLT_ERR_IO, func, "cannot create '%s': %s", tmp, strerror(errno));
         tmp[0] = '\0'; /* nothing to remove */
         goto done;
     }
-    f = fdopen(fd, "wb");
-    if (!f) {
-        st = dlt__err(DLT_ERR_IO, func, "cannot open '%s': %s", tmp, strerror(errno));
-        close(fd);
-        goto done;
-    }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr.n >> (8 * i));
-    if (fwrite(len8, 1, 8, f) != 8 || fwrite(hdr.p, 1, hdr.n, f) != hdr.n) {
+    if (io_write_all(fd, len8, 8) != 0 || io_write_all(fd, hdr.p, hdr.n) != 0) {
         st = dlt__err(DLT_ERR_IO, func, "cannot write '%s': %s", tmp, strerror(errno));
         goto done;
     }
     for (int32_t k = 0; k < n && st == DLT_OK; k++) {
         const int32_t i = ord[k];
         if (e[i].host) {
-            if (info[i].nbytes && fwrite(e[i].host, 1, info[i].nbytes, f) != info[i].nbytes)
+            if (info[i].nbytes && io_write_all(fd, e[i].host, info[i].nbytes) != 0)
                 st = dlt__err(DLT_ERR_IO, func, "cannot write '%s': %s", tmp, strerror(errno));
         } else {
-            st = write_tensor(f, e[i].tensor, info[i].nbytes, &hb, &hcap, tmp, func);
+            st = write_tensor(fd, e[i].tensor, info[i].nbytes, &hb, &hcap, tmp, func);
         }
     }
     if (st != DLT_OK) goto done;
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    if (io_fsync(fd) != 0) {
         st = dlt__err(DLT_ERR_IO, func, "cannot flush '%s': %s", tmp, strerror(errno));
         goto done;
     }
-    int rc = fclose(f);
-    f = NULL;
+    int rc = io_close(fd);
+    fd = -1;
     if (rc != 0) {
         st = dlt__err(DLT_ERR_IO, func, "cannot close '%s': %s", tmp, strerror(errno));
         goto done;
     }
-    if (rename(tmp, path) != 0) {
+    if (io_rename(tmp, path) != 0) {
         st = dlt__err(DLT_ERR_IO, func, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
         goto done;
     }
     tmp[0] = '\0';
     sync_dir(path);
 done:
-    if (f) fclose(f);
+    if (fd >= 0) close(fd);
     if (tmp && tmp[0] && st != DLT_OK) unlink(tmp);
     free(tmp);
     free(hdr.p);

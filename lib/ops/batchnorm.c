@@ -57,12 +57,23 @@ static dlt_status bn_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
             own_db = 1;
         }
     }
+    if (x->numel == 0) { /* no value: zero gradients for gamma and beta, empty dx */
+        if (direct) {
+            DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, dg, beta_acc), fail);
+            DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, db, beta_acc), fail);
+        } else {
+            if (own_dg) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, dg, 0), fail);
+            if (own_db) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, db, 0), fail);
+        }
+        goto deliver;
+    }
     if (!dx) { /* the kernel always produces dx; use a scratch one */
         DLT_CHECK_GOTO(st, dlt__tensor_new_like(x, x->dtype, F, &dx), fail);
         gin[0].needed = 0; /* dlt__give_grad below drops it */
     }
     DLT_CHECK_GOTO(st, ctx->be->bn_bwd(ctx, dx, dres, dg, db, beta_acc, gout[0], y, x, gamma, mean,
                                        invstd, use_batch), fail);
+deliver:
     if (direct) {
         gin[1].written = 1;
         gin[2].written = 1;
@@ -92,7 +103,11 @@ dlt_status dlt_batch_norm2d_act(dlt_tensor *x, dlt_tensor *residual, int32_t rel
     DLT_NULL_CHECK(out, F);
     DLT_CHECK(dlt__check_ndim(x, 4, F, "x"));
     DLT_CHECK(dlt__check_float(x, F, "x"));
-    const int64_t N = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3];
+    const int64_t N = x->shape[0], C = x->shape[1];
+    /* values per channel; an empty tensor's other sizes may be anything: saturate */
+    int64_t per_channel = 0;
+    if (dlt__mul_ovf(N, x->shape[2], &per_channel) || dlt__mul_ovf(per_channel, x->shape[3], &per_channel))
+        per_channel = INT64_MAX;
     DLT_CHECK(check_vec(gamma, C, x, F, "gamma"));
     DLT_CHECK(check_vec(beta, C, x, F, "beta"));
     DLT_CHECK(check_vec(running_mean, C, x, F, "running_mean"));
@@ -115,10 +130,11 @@ dlt_status dlt_batch_norm2d_act(dlt_tensor *x, dlt_tensor *residual, int32_t rel
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "eps %g must be > 0 and momentum %g in [0, 1]",
                         eps, momentum);
     const int32_t use_batch = training || running_mean == NULL;
-    if (use_batch && N * HW <= 1)
+    if (use_batch && per_channel <= 1)
         return dlt__err(DLT_ERR_SHAPE, F,
-                        "expected more than 1 value per channel when training, got input %lldx%lldx%lld",
-                        (long long)N, (long long)C, (long long)HW);
+                        "expected more than 1 value per channel when training, got input "
+                        "%lldx%lldx%lldx%lld",
+                        (long long)N, (long long)C, (long long)x->shape[2], (long long)x->shape[3]);
     dlt_ctx *ctx = x->ctx;
     DLT_NEED_KERNEL(ctx, bn_fwd_train, F);
     dlt_tensor *in[4] = {x, gamma, beta, residual};
@@ -133,7 +149,16 @@ dlt_status dlt_batch_norm2d_act(dlt_tensor *x, dlt_tensor *residual, int32_t rel
         DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &C, 1, 0, F, &mean), done);
         DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &C, 1, 0, F, &invstd), done);
     }
-    if (use_batch) {
+    /* every allocation before the kernel: a training kernel updates the running statistics
+     * in place, and a call that fails must leave them as they were */
+    if (need) {
+        if (relu) DLT_CHECK_GOTO(st, dlt__alias(y, F, &alias), done);
+        DLT_CHECK_GOTO(st, dlt__record(ctx, "batch_norm2d", bn_backward, in, n_in, &y, 1, &node), done);
+    }
+    if (x->numel == 0) {
+        /* no value to normalise (C == 0, or an empty batch in evaluation): nothing to run;
+         * the running statistics keep their values */
+    } else if (use_batch) {
         DLT_CHECK_GOTO(st, ctx->be->bn_fwd_train(ctx, y, x, residual, relu != 0, gamma, beta,
                                                  training ? running_mean : NULL,
                                                  training ? running_var : NULL, mean, invstd,
@@ -146,9 +171,7 @@ dlt_status dlt_batch_norm2d_act(dlt_tensor *x, dlt_tensor *residual, int32_t rel
         DLT_CHECK_GOTO(st, ctx->be->bn_fwd_eval(ctx, y, x, residual, relu != 0, gamma, beta,
                                                 running_mean, running_var, mean, invstd, eps), done);
     }
-    if (need) {
-        if (relu) DLT_CHECK_GOTO(st, dlt__alias(y, F, &alias), done);
-        DLT_CHECK_GOTO(st, dlt__record(ctx, "batch_norm2d", bn_backward, in, n_in, &y, 1, &node), done);
+    if (node) {
         dlt__save(node, x);
         dlt__save(node, gamma);
         dlt__save(node, mean);

@@ -31,10 +31,15 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     dlt_conv_params p;
     params_from_node(n, &p);
     dlt_status st = DLT_OK;
+    /* an empty dy (N == 0 or K == 0) makes every gradient zero; empty gradients need no
+     * kernel (kernels assume numel > 0) */
+    const int empty = dy->numel == 0;
     if (gin[0].needed) {
         dlt_tensor *dx = NULL;
         DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
-        st = ctx->be->conv2d_bwd_data(ctx, dx, dy, w, &p);
+        st = dx->numel == 0 ? DLT_OK
+             : empty        ? dlt__grad_zero(ctx, dx, 0)
+                            : ctx->be->conv2d_bwd_data(ctx, dx, dy, w, &p);
         if (st != DLT_OK) {
             dlt_tensor_release(dx);
             return st;
@@ -43,12 +48,16 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     }
     if (gin[1].needed) {
         if (dlt__slot_direct(&gin[1], w)) {
-            DLT_CHECK(ctx->be->conv2d_bwd_filter(ctx, gin[1].dst, x, dy, &p, gin[1].beta));
+            if (empty || x->numel == 0)
+                DLT_CHECK(dlt__grad_zero(ctx, gin[1].dst, gin[1].beta));
+            else
+                DLT_CHECK(ctx->be->conv2d_bwd_filter(ctx, gin[1].dst, x, dy, &p, gin[1].beta));
             gin[1].written = 1;
         } else {
             dlt_tensor *dw = NULL;
             DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
-            st = ctx->be->conv2d_bwd_filter(ctx, dw, x, dy, &p, 0);
+            st = empty || x->numel == 0 ? dlt__grad_zero(ctx, dw, 0)
+                                        : ctx->be->conv2d_bwd_filter(ctx, dw, x, dy, &p, 0);
             if (st != DLT_OK) {
                 dlt_tensor_release(dw);
                 return st;
@@ -59,12 +68,13 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     if (n->n_in > 2 && gin[2].needed) {
         const int64_t k = dy->shape[1];
         if (gin[2].dst && gin[2].dst->dtype == dy->dtype && gin[2].dst->numel == k) {
-            DLT_CHECK(ctx->be->conv2d_bwd_bias(ctx, gin[2].dst, dy, gin[2].beta));
+            if (empty) DLT_CHECK(dlt__grad_zero(ctx, gin[2].dst, gin[2].beta));
+            else DLT_CHECK(ctx->be->conv2d_bwd_bias(ctx, gin[2].dst, dy, gin[2].beta));
             gin[2].written = 1;
         } else {
             dlt_tensor *db = NULL;
             DLT_CHECK(dlt__tensor_new(ctx, dy->dtype, &k, 1, DLT_FORMAT_CONTIGUOUS, F, &db));
-            st = ctx->be->conv2d_bwd_bias(ctx, db, dy, 0);
+            st = empty ? dlt__grad_zero(ctx, db, 0) : ctx->be->conv2d_bwd_bias(ctx, db, dy, 0);
             if (st != DLT_OK) {
                 dlt_tensor_release(db);
                 return st;
@@ -101,7 +111,8 @@ dlt_status dlt_conv2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, int64_t st
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
     const int64_t K = w->shape[0], R = w->shape[2], S = w->shape[3];
     char bx[96], bw[96];
-    if (C % groups != 0 || K % groups != 0 || w->shape[1] * groups != C)
+    int64_t cw = 0;
+    if (C % groups != 0 || K % groups != 0 || dlt__mul_ovf(w->shape[1], groups, &cw) || cw != C)
         return dlt__err(DLT_ERR_SHAPE, F,
                         "x %s and w %s do not fit groups=%lld (need C %% groups == 0, K %% groups "
                         "== 0 and w.shape[1] == C / groups)",
@@ -110,12 +121,24 @@ dlt_status dlt_conv2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, int64_t st
     if (bias && (bias->ndim != 1 || bias->shape[0] != K))
         return dlt__err(DLT_ERR_SHAPE, F, "bias must be [%lld], got %s", (long long)K,
                         dlt__shape_str(bias, bx, sizeof bx));
-    const int64_t eh = dil_h * (R - 1) + 1, ew = dil_w * (S - 1) + 1;
-    if (H + 2 * pad_h < eh || W + 2 * pad_w < ew || R < 1 || S < 1)
+    if (R < 1 || S < 1)
+        return dlt__err(DLT_ERR_SHAPE, F, "w %s has an empty kernel", dlt__shape_str(w, bw, sizeof bw));
+    /* extents of the dilated kernel and of the padded input, overflow-checked */
+    int64_t eh, ew, hp, wp;
+    if (dlt__mul_ovf(dil_h, R - 1, &eh) || dlt__add_ovf(eh, 1, &eh) ||
+        dlt__mul_ovf(dil_w, S - 1, &ew) || dlt__add_ovf(ew, 1, &ew) ||
+        dlt__mul_ovf(pad_h, 2, &hp) || dlt__add_ovf(hp, H, &hp) ||
+        dlt__mul_ovf(pad_w, 2, &wp) || dlt__add_ovf(wp, W, &wp))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "padding (%lld,%lld) or dilation (%lld,%lld) is too large for x %s: the "
+                        "size arithmetic overflows",
+                        (long long)pad_h, (long long)pad_w, (long long)dil_h, (long long)dil_w,
+                        dlt__shape_str(x, bx, sizeof bx));
+    if (hp < eh || wp < ew)
         return dlt__err(DLT_ERR_SHAPE, F,
                         "the dilated kernel %lldx%lld does not fit the padded input of x %s",
                         (long long)eh, (long long)ew, dlt__shape_str(x, bx, sizeof bx));
-    const int64_t P = (H + 2 * pad_h - eh) / stride_h + 1, Q = (W + 2 * pad_w - ew) / stride_w + 1;
+    const int64_t P = (hp - eh) / stride_h + 1, Q = (wp - ew) / stride_w + 1;
 
     dlt_ctx *ctx = x->ctx;
     DLT_NEED_KERNEL(ctx, conv2d_fwd, F);

@@ -14,7 +14,9 @@ static dlt_status ce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *logits = n->saved[0], *targets = n->saved[1], *saved = n->saved[2], *dx = NULL;
     DLT_CHECK(dlt__tensor_new_like(logits, logits->dtype, "dlt_backward(cross_entropy)", &dx));
-    dlt_status st = ctx->be->ce_bwd(ctx, dx, gout[0], logits, targets, saved, n->ip[0], (int32_t)n->ip[1]);
+    dlt_status st = dx->numel ? ctx->be->ce_bwd(ctx, dx, gout[0], logits, targets, saved, n->ip[0],
+                                                (int32_t)n->ip[1])
+                              : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;

@@ -26,7 +26,7 @@ static dlt_status relu_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_s
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *y = n->saved[0], *dx = NULL;
     DLT_CHECK(new_like(y, y->dtype, "dlt_backward(relu)", &dx));
-    dlt_status st = ctx->be->relu_bwd(ctx, dx, gout[0], y);
+    dlt_status st = dx->numel ? ctx->be->relu_bwd(ctx, dx, gout[0], y) : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;
@@ -108,7 +108,7 @@ static dlt_status mul_scalar_backward(dlt_node *n, dlt_tensor *const *gout, dlt_
     dlt_tensor *dx = NULL;
     const dlt_tensor *s = n->n_saved > 0 ? n->saved[0] : NULL;
     DLT_CHECK(new_like(gout[0], gout[0]->dtype, "dlt_backward(mul_scalar)", &dx));
-    dlt_status st = ctx->be->scale(ctx, dx, gout[0], s, n->fp[0]);
+    dlt_status st = dx->numel ? ctx->be->scale(ctx, dx, gout[0], s, n->fp[0]) : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;
@@ -209,7 +209,7 @@ static dlt_status convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_gra
     if (gin[0].dst && gin[0].dst->format == g->format) return dlt__give_grad(ctx, &gin[0], dlt_tensor_retain(g));
     dlt_tensor *dx = NULL;
     DLT_CHECK(dlt__tensor_new(ctx, dtype, g->shape, g->ndim, format, "dlt_backward(cast)", &dx));
-    dlt_status st = ctx->be->convert(ctx, dx, g);
+    dlt_status st = dx->numel ? ctx->be->convert(ctx, dx, g) : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;

@@ -11,10 +11,15 @@ static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *x = n->saved[0], *w = n->saved[1], *dy = gout[0];
     dlt_status st = DLT_OK;
+    /* an empty dy (M == 0 or N == 0) makes every gradient zero; with K == 0 dx and dw are
+     * empty; empty gradients need no kernel (kernels assume numel > 0) */
+    const int empty = dy->numel == 0;
     if (gin[0].needed) {
         dlt_tensor *dx = NULL;
         DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
-        st = ctx->be->linear_bwd_data(ctx, dx, dy, w);
+        st = dx->numel == 0 ? DLT_OK
+             : empty        ? dlt__grad_zero(ctx, dx, 0)
+                            : ctx->be->linear_bwd_data(ctx, dx, dy, w);
         if (st != DLT_OK) {
             dlt_tensor_release(dx);
             return st;
@@ -30,7 +35,15 @@ static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     int direct = need_w && dlt__slot_direct(&gin[1], w) &&
                  (!need_b || (gin[2].dst && gin[2].dst->dtype == w->dtype && gin[2].beta == gin[1].beta));
     if (direct) {
-        st = ctx->be->linear_bwd_weight(ctx, gin[1].dst, need_b ? gin[2].dst : NULL, x, dy, gin[1].beta);
+        if (empty) {
+            st = dlt__grad_zero(ctx, gin[1].dst, gin[1].beta);
+            if (st == DLT_OK && need_b) st = dlt__grad_zero(ctx, gin[2].dst, gin[1].beta);
+        } else if (w->numel == 0 && !need_b) {
+            st = DLT_OK; /* K == 0: dw is empty */
+        } else {
+            st = ctx->be->linear_bwd_weight(ctx, gin[1].dst, need_b ? gin[2].dst : NULL, x, dy,
+                                            gin[1].beta);
+        }
         if (st != DLT_OK) return st;
         gin[1].written = 1;
         if (need_b) gin[2].written = 1;
@@ -45,7 +58,14 @@ static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
             return st;
         }
     }
-    st = ctx->be->linear_bwd_weight(ctx, dw, db, x, dy, 0);
+    if (empty) {
+        st = dlt__grad_zero(ctx, dw, 0);
+        if (st == DLT_OK && db) st = dlt__grad_zero(ctx, db, 0);
+    } else if (w->numel == 0 && !db) {
+        st = DLT_OK; /* K == 0: dw is empty */
+    } else {
+        st = ctx->be->linear_bwd_weight(ctx, dw, db, x, dy, 0);
+    }
     if (st != DLT_OK) {
         dlt_tensor_release(dw);
         dlt_tensor_release(db);

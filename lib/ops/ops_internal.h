@@ -33,6 +33,19 @@ dlt_status dlt__alias(dlt_tensor *t, const char *func, dlt_tensor **out);
 static inline dlt_status dlt__give_grad(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g) {
     return dlt__grad_slot_store(ctx, slot, g);
 }
+/* Size arithmetic on op arguments (padding, dilation, and the sizes of empty tensors, whose
+ * other dimensions may be anything): 1 when the result does not fit in int64. */
+static inline int dlt__add_ovf(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
+static inline int dlt__mul_ovf(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
+
+/* Empty tensors: kernels may assume numel > 0, so front doors skip them. The gradient of
+ * an empty output is zero; dlt__grad_zero writes that into a destination that takes
+ * dst = beta*dst + grad (nothing to do when beta is 1 or dst is empty). */
+static inline dlt_status dlt__grad_zero(dlt_ctx *ctx, dlt_tensor *dst, int32_t beta) {
+    if (beta || dst->numel == 0) return DLT_OK;
+    return ctx->be->memset0(ctx, dlt__data(dst), dlt__nbytes(dst));
+}
+
 /* Whether a kernel may write slot->dst directly for a gradient shaped like `like`. */
 static inline int dlt__slot_direct(const dlt_grad_slot *slot, const dlt_tensor *like) {
     return slot->needed && slot->dst && slot->dst->dtype == like->dtype &&

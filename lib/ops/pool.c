@@ -15,7 +15,8 @@ static dlt_status maxpool_backward(dlt_node *n, dlt_tensor *const *gout, dlt_gra
     dlt_pool_params p = {{n->ip[0], n->ip[1]}, {n->ip[2], n->ip[3]}, {n->ip[4], n->ip[5]}};
     DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, shape, 4, gout[0]->format,
                               "dlt_backward(max_pool2d)", &dx));
-    dlt_status st = ctx->be->maxpool_bwd(ctx, dx, gout[0], idx, &p);
+    /* an empty batch or no channel: nothing to route (kernels assume numel > 0) */
+    dlt_status st = dx->numel ? ctx->be->maxpool_bwd(ctx, dx, gout[0], idx, &p) : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;
@@ -38,13 +39,18 @@ dlt_status dlt_max_pool2d(dlt_tensor *x, int64_t kernel_h, int64_t kernel_w, int
                         (long long)kernel_h, (long long)kernel_w, (long long)stride_h,
                         (long long)stride_w, (long long)pad_h, (long long)pad_w);
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
-    if (H + 2 * pad_h < kernel_h || W + 2 * pad_w < kernel_w) {
+    int64_t hp, wp; /* padding <= kernel / 2, so 2 * padding fits; the sum may not */
+    if (dlt__add_ovf(H, 2 * pad_h, &hp) || dlt__add_ovf(W, 2 * pad_w, &wp))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "padding (%lld,%lld) is too large: the size arithmetic overflows",
+                        (long long)pad_h, (long long)pad_w);
+    if (hp < kernel_h || wp < kernel_w) {
         char b[96];
         return dlt__err(DLT_ERR_SHAPE, F, "the %lldx%lld window does not fit the padded input %s",
                         (long long)kernel_h, (long long)kernel_w, dlt__shape_str(x, b, sizeof b));
     }
-    const int64_t P = (H + 2 * pad_h - kernel_h) / stride_h + 1;
-    const int64_t Q = (W + 2 * pad_w - kernel_w) / stride_w + 1;
+    const int64_t P = (hp - kernel_h) / stride_h + 1;
+    const int64_t Q = (wp - kernel_w) / stride_w + 1;
     dlt_ctx *ctx = x->ctx;
     DLT_NEED_KERNEL(ctx, maxpool_fwd, F);
     const int64_t ys[4] = {N, C, P, Q};
@@ -84,7 +90,7 @@ static dlt_status gavg_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_s
     int64_t shape[4] = {n->ip[0], n->ip[1], n->ip[2], n->ip[3]};
     DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, shape, 4, (int32_t)n->ip[4],
                               "dlt_backward(global_avg_pool2d)", &dx));
-    dlt_status st = ctx->be->gavgpool_bwd(ctx, dx, gout[0]);
+    dlt_status st = dx->numel ? ctx->be->gavgpool_bwd(ctx, dx, gout[0]) : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;
@@ -98,7 +104,7 @@ dlt_status dlt_global_avg_pool2d(dlt_tensor *x, dlt_tensor **out) {
     DLT_NULL_CHECK(out, F);
     DLT_CHECK(dlt__check_ndim(x, 4, F, "x"));
     DLT_CHECK(dlt__check_float(x, F, "x"));
-    if (x->shape[2] * x->shape[3] == 0) {
+    if (x->shape[2] == 0 || x->shape[3] == 0) {
         char b[96];
         return dlt__err(DLT_ERR_SHAPE, F, "x %s has an empty spatial map", dlt__shape_str(x, b, sizeof b));
     }

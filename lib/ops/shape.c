@@ -8,8 +8,8 @@
 #include "ops_internal.h"
 
 static int cl_is_contiguous_order(const dlt_tensor *x) {
-    return x->format != DLT_FORMAT_CHANNELS_LAST || (x->shape[2] * x->shape[3] == 1) ||
-           x->shape[1] == 1;
+    return x->format != DLT_FORMAT_CHANNELS_LAST || (x->shape[2] == 1 && x->shape[3] == 1) ||
+           x->shape[1] == 1 || x->numel == 0;
 }
 
 static dlt_status reshape_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
@@ -21,7 +21,7 @@ static dlt_status reshape_backward(dlt_node *n, dlt_tensor *const *gout, dlt_gra
     if (g->format != DLT_FORMAT_CONTIGUOUS) { /* views need the contiguous order */
         DLT_CHECK(dlt__tensor_new(ctx, g->dtype, g->shape, g->ndim, DLT_FORMAT_CONTIGUOUS,
                                   "dlt_backward(reshape)", &tmp));
-        dlt_status st = ctx->be->convert(ctx, tmp, g);
+        dlt_status st = tmp->numel ? ctx->be->convert(ctx, tmp, g) : DLT_OK;
         if (st != DLT_OK) {
             dlt_tensor_release(tmp);
             return st;
@@ -111,7 +111,11 @@ dlt_status dlt_flatten(dlt_tensor *x, int32_t start_dim, int32_t end_dim, dlt_te
     int32_t k = 0;
     for (int32_t i = 0; i < s0; i++) shape[k++] = x->shape[i];
     int64_t prod = 1;
-    for (int32_t i = s0; i <= e0; i++) prod *= x->shape[i];
+    for (int32_t i = s0; i <= e0; i++)
+        if (dlt__mul_ovf(prod, x->shape[i], &prod)) /* only an empty tensor gets here */
+            return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                            "flattening dimensions %d..%d of a %d-D tensor overflows int64", s0, e0,
+                            x->ndim);
     shape[k++] = prod;
     for (int32_t i = e0 + 1; i < x->ndim; i++) shape[k++] = x->shape[i];
     dlt_status st = dlt_reshape(x, shape, k, out);

@@ -107,6 +107,11 @@ dlt_status dlt__optimizer_apply_state(dlt_optimizer *opt, const dlt_optim_state_
                                       const char *func);
 
 /* ---- for the GradScaler (lib/amp/scaler.c) ---- */
+/* Creates the momentum buffers the next step needs (parameters with a gradient and no
+ * buffer yet), all or nothing. The step calls it first; the GradScaler calls it before it
+ * unscales, so that a step failing for memory leaves the gradients and its stage as they
+ * were. */
+dlt_status dlt__optimizer_prepare(dlt_optimizer *opt, const char *func);
 /* One step that the device skips when *found_inf != 0 (found_inf: device f32 on the
  * optimizer's context, or NULL for a plain step). Enqueued only. */
 dlt_status dlt__optimizer_step_found_inf(dlt_optimizer *opt, const void *found_inf,
@@ -126,6 +131,9 @@ dlt_status dlt__optimizer_set_state(dlt_optimizer *opt, double lr, int64_t step_
 /* Copies src (same shape, f32, any context) into buffer i (created if needed) and marks it
  * as holding data. DLT_ERR_INVALID_STATE when the optimizer has no momentum. */
 dlt_status dlt__optimizer_set_momentum_buffer(dlt_optimizer *opt, int32_t i, const dlt_tensor *src);
+/* Empties buffer i, if it exists: zeros, and marked as holding no data (the next applied
+ * step starts it as PyTorch starts a missing momentum_buffer). Enqueued. */
+dlt_status dlt__optimizer_reset_momentum_buffer(dlt_optimizer *opt, int32_t i);
 /* *out = 1 if buffer i holds data (PyTorch has state["momentum_buffer"] for it), else 0.
  * Synchronises. */
 dlt_status dlt__optimizer_buffer_initialised(dlt_optimizer *opt, int32_t i, int32_t *out);

@@ -12,7 +12,9 @@
  * "first" is a device flag per parameter (set by the kernel of the first applied step),
  * because a step the GradScaler skips must not count and the host cannot know whether it
  * was skipped. Buffers are allocated by the host on the first step where the parameter
- * has a gradient; parameters without a gradient are skipped entirely.
+ * has a gradient, all of them before anything changes (dlt__optimizer_prepare), so a step
+ * that runs out of memory leaves parameters, buffers and gradients as they were; parameters
+ * without a gradient are skipped entirely.
  *
  * The step also writes the parameter's autocast low-precision copies (tensor lp_copy[]):
  * a copy of the same format is written by the step kernel itself; any other copy is
@@ -160,11 +162,44 @@ static int lp_fusable(const dlt_tensor *p, const dlt_tensor *c, int32_t dtype) {
     return c && c->dtype == dtype && c->format == p->format && dlt__same_shape(c, p) && c->storage;
 }
 
+dlt_status dlt__optimizer_prepare(dlt_optimizer *opt, const char *func) {
+    if (opt->momentum == 0.0) return DLT_OK;
+    dlt_ctx *ctx = opt->ctx;
+    int32_t made = 0; /* indices of the buffers created here, in opt->l_index (scratch) */
+    for (int32_t i = 0; i < opt->n; i++) {
+        dlt_tensor *p = opt->params[i];
+        if (!p->grad || !p->grad_defined || opt->bufs[i]) continue;
+        /* zeros: the device flag, not the contents, says whether it holds data */
+        dlt_tensor *b = NULL;
+        dlt_status st = dlt__tensor_new_like(p, DLT_F32, func, &b);
+        if (st == DLT_OK) {
+            st = ctx->be->memset0(ctx, dlt__data(b), dlt__nbytes(b));
+            if (st != DLT_OK) {
+                dlt_tensor_release(b);
+                st = dlt__err_wrap(st, func);
+            }
+        }
+        if (st != DLT_OK) {
+            /* all or nothing: a failed step leaves no buffer behind */
+            for (int32_t j = 0; j < made; j++) {
+                dlt_tensor_release(opt->bufs[opt->l_index[j]]);
+                opt->bufs[opt->l_index[j]] = NULL;
+            }
+            return st;
+        }
+        opt->bufs[i] = b;
+        opt->l_index[made++] = i;
+    }
+    return DLT_OK;
+}
+
 static dlt_status optimizer_step_impl(dlt_optimizer *opt, const void *found_inf, const char *func) {
     dlt_ctx *ctx = opt->ctx;
     DLT_CHECK(dlt__ctx_ok(ctx, func));
     if (!ctx->be->sgd_step) return dlt__be_missing(ctx, func, "sgd_step");
     const int use_momentum = opt->momentum != 0.0;
+    /* every allocation first, so that a failure changes nothing */
+    DLT_CHECK(dlt__optimizer_prepare(opt, func));
     int32_t k = 0;
     for (int32_t i = 0; i < opt->n; i++) {
         dlt_tensor *p = opt->params[i];
@@ -176,17 +211,6 @@ static dlt_status optimizer_step_impl(dlt_optimizer *opt, const void *found_inf,
                             "parameter %d: gradient %s %s does not match the parameter %s %s", i,
                             dlt_dtype_name(g->dtype), dlt__shape_str(g, a, sizeof a),
                             dlt_dtype_name(p->dtype), dlt__shape_str(p, b, sizeof b));
-        }
-        if (use_momentum && !opt->bufs[i]) {
-            /* zeros: the device flag, not the contents, says whether it holds data */
-            dlt_tensor *b = NULL;
-            DLT_CHECK(dlt__tensor_new_like(p, DLT_F32, func, &b));
-            dlt_status st = ctx->be->memset0(ctx, dlt__data(b), dlt__nbytes(b));
-            if (st != DLT_OK) {
-                dlt_tensor_release(b);
-                return dlt__err_wrap(st, func);
-            }
-            opt->bufs[i] = b;
         }
         opt->l_params[k] = p;
         opt->l_grads[k] = g;
@@ -392,6 +416,25 @@ dlt_status dlt__optimizer_set_momentum_buffer(dlt_optimizer *opt, int32_t i, con
         return dlt__err_wrap(st, F);
     }
     opt->bufs[i] = b;
+    return DLT_OK;
+}
+
+dlt_status dlt__optimizer_reset_momentum_buffer(dlt_optimizer *opt, int32_t i) {
+    static const char *F = "dlt_optimizer_load_state";
+    static const int32_t zero = 0; /* static: the copy may still be in flight on return */
+    DLT_NULL_CHECK(opt, F);
+    DLT_CHECK(check_index(opt, i, F));
+    dlt_ctx *ctx = opt->ctx;
+    dlt_tensor *b = opt->bufs[i];
+    if (!b) return DLT_OK; /* never created: its flag was never set */
+    if (ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, F, "cannot load optimizer state during graph capture");
+    DLT_CHECK(dlt__ctx_ok(ctx, F));
+    dlt_status st = ctx->be->memset0(ctx, dlt__data(b), dlt__nbytes(b));
+    if (st == DLT_OK)
+        st = ctx->be->memcpy_h2d(ctx, dlt__optim_flags(opt) + i, &zero, sizeof zero);
+    if (st != DLT_OK) return dlt__err_wrap(st, F);
+    b->version++;
     return DLT_OK;
 }
 

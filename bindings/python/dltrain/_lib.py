@@ -79,6 +79,7 @@ _SIGNATURES = {
     "dlt_range_pop": (STATUS, [PTR]),
     "dlt_testing_fail_alloc": (STATUS, [PTR, I64]),
     "dlt_testing_alloc_count": (STATUS, [PTR, P(I64)]),
+    "dlt_testing_fail_write": (STATUS, [I64]),
     # ---- tensor.h
     "dlt_dtype_size": (SIZE, [I32]),
     "dlt_dtype_name": (STR, [I32]),
