@@ -515,8 +515,7 @@ static inline void dlt__range_pop(dlt_ctx *ctx) {
     if (ctx->be->range_pop) ctx->be->range_pop(ctx);
 }
 
-/* Calls a backend entry, reporting a missing one as NOT_SUPPORTED. */
-#define DLT_BE(ctx, fn) ((ctx)->be->fn)
+/* Reports a backend entry this device lacks as NOT_SUPPORTED (see DLT_NEED_KERNEL). */
 dlt_status dlt__be_missing(const dlt_ctx *ctx, const char *func, const char *what);
 
 /* ---------------------------------------------------------------------------------------

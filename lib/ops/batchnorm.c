@@ -69,7 +69,7 @@ static dlt_status bn_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
     }
     if (!dx) { /* the kernel always produces dx; use a scratch one */
         DLT_CHECK_GOTO(st, dlt__tensor_new_like(x, x->dtype, F, &dx), fail);
-        gin[0].needed = 0; /* dlt__give_grad below drops it */
+        gin[0].needed = 0; /* dlt__grad_slot_store below drops it */
     }
     DLT_CHECK_GOTO(st, ctx->be->bn_bwd(ctx, dx, dres, dg, db, beta_acc, gout[0], y, x, gamma, mean,
                                        invstd, use_batch), fail);
@@ -78,13 +78,13 @@ deliver:
         gin[1].written = 1;
         gin[2].written = 1;
     }
-    st = dlt__give_grad(ctx, &gin[0], dx);
+    st = dlt__grad_slot_store(ctx, &gin[0], dx);
     dx = NULL;
-    if (st == DLT_OK && dres) st = dlt__give_grad(ctx, &gin[3], dres);
+    if (st == DLT_OK && dres) st = dlt__grad_slot_store(ctx, &gin[3], dres);
     dres = NULL;
-    if (st == DLT_OK && own_dg) st = dlt__give_grad(ctx, &gin[1], dg);
+    if (st == DLT_OK && own_dg) st = dlt__grad_slot_store(ctx, &gin[1], dg);
     own_dg = 0;
-    if (st == DLT_OK && own_db) st = dlt__give_grad(ctx, &gin[2], db);
+    if (st == DLT_OK && own_db) st = dlt__grad_slot_store(ctx, &gin[2], db);
     own_db = 0;
     return st;
 fail:

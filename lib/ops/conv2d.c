@@ -44,7 +44,7 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
             dlt_tensor_release(dx);
             return st;
         }
-        DLT_CHECK(dlt__give_grad(ctx, &gin[0], dx));
+        DLT_CHECK(dlt__grad_slot_store(ctx, &gin[0], dx));
     }
     if (gin[1].needed) {
         if (dlt__slot_direct(&gin[1], w)) {
@@ -62,7 +62,7 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
                 dlt_tensor_release(dw);
                 return st;
             }
-            DLT_CHECK(dlt__give_grad(ctx, &gin[1], dw));
+            DLT_CHECK(dlt__grad_slot_store(ctx, &gin[1], dw));
         }
     }
     if (n->n_in > 2 && gin[2].needed) {
@@ -79,7 +79,7 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
                 dlt_tensor_release(db);
                 return st;
             }
-            DLT_CHECK(dlt__give_grad(ctx, &gin[2], db));
+            DLT_CHECK(dlt__grad_slot_store(ctx, &gin[2], db));
         }
     }
     return DLT_OK;

@@ -21,7 +21,7 @@ static dlt_status ce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
         dlt_tensor_release(dx);
         return st;
     }
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 dlt_status dlt_cross_entropy(dlt_tensor *logits, dlt_tensor *targets, int64_t ignore_index,

@@ -31,7 +31,7 @@ static dlt_status relu_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_s
         dlt_tensor_release(dx);
         return st;
     }
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 dlt_status dlt_relu(dlt_tensor *x, dlt_tensor **out) {
@@ -63,8 +63,8 @@ dlt_status dlt_relu(dlt_tensor *x, dlt_tensor **out) {
 
 static dlt_status add_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
-    DLT_CHECK(dlt__give_grad(ctx, &gin[0], dlt_tensor_retain(gout[0])));
-    return dlt__give_grad(ctx, &gin[1], dlt_tensor_retain(gout[0]));
+    DLT_CHECK(dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(gout[0])));
+    return dlt__grad_slot_store(ctx, &gin[1], dlt_tensor_retain(gout[0]));
 }
 
 dlt_status dlt_add(dlt_tensor *a, dlt_tensor *b, dlt_tensor **out) {
@@ -113,7 +113,7 @@ static dlt_status mul_scalar_backward(dlt_node *n, dlt_tensor *const *gout, dlt_
         dlt_tensor_release(dx);
         return st;
     }
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 dlt_status dlt_mul_scalar(dlt_tensor *x, dlt_tensor *s, double alpha, dlt_tensor **out) {
@@ -161,7 +161,7 @@ static dlt_status reduce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
         dlt_tensor_release(dx);
         return st;
     }
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 static dlt_status reduce(dlt_tensor *x, int mean, dlt_tensor **out, const char *F) {
@@ -204,9 +204,9 @@ static dlt_status convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_gra
     dlt_ctx *ctx = n->ctx;
     int32_t dtype = (int32_t)n->ip[0], format = (int32_t)n->ip[1];
     dlt_tensor *g = gout[0];
-    if (g->dtype == dtype && g->format == format) return dlt__give_grad(ctx, &gin[0], dlt_tensor_retain(g));
+    if (g->dtype == dtype && g->format == format) return dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(g));
     /* A leaf destination converts while accumulating: no intermediate tensor. */
-    if (gin[0].dst && gin[0].dst->format == g->format) return dlt__give_grad(ctx, &gin[0], dlt_tensor_retain(g));
+    if (gin[0].dst && gin[0].dst->format == g->format) return dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(g));
     dlt_tensor *dx = NULL;
     DLT_CHECK(dlt__tensor_new(ctx, dtype, g->shape, g->ndim, format, "dlt_backward(cast)", &dx));
     dlt_status st = dx->numel ? ctx->be->convert(ctx, dx, g) : DLT_OK;
@@ -214,7 +214,7 @@ static dlt_status convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_gra
         dlt_tensor_release(dx);
         return st;
     }
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 static dlt_status convert_op(dlt_tensor *x, int32_t dtype, int32_t format, const char *name,

@@ -24,7 +24,7 @@ static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
             dlt_tensor_release(dx);
             return st;
         }
-        DLT_CHECK(dlt__give_grad(ctx, &gin[0], dx));
+        DLT_CHECK(dlt__grad_slot_store(ctx, &gin[0], dx));
     }
     const int has_b = n->n_in > 2;
     const int need_w = gin[1].needed, need_b = has_b && gin[2].needed;
@@ -72,12 +72,12 @@ static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
         return st;
     }
     if (need_w) {
-        st = dlt__give_grad(ctx, &gin[1], dw);
+        st = dlt__grad_slot_store(ctx, &gin[1], dw);
     } else {
         dlt_tensor_release(dw);
     }
     if (need_b) {
-        if (st == DLT_OK) st = dlt__give_grad(ctx, &gin[2], db);
+        if (st == DLT_OK) st = dlt__grad_slot_store(ctx, &gin[2], db);
         else dlt_tensor_release(db);
     }
     return st;

@@ -28,11 +28,6 @@ dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func,
 /* A detached alias of a node's own output, safe to save on that node (no cycle). */
 dlt_status dlt__alias(dlt_tensor *t, const char *func, dlt_tensor **out);
 
-/* Writes g (a new reference) into a gradient slot: into slot->dst when it matches and can
- * be written directly, else hands it to the tape. Convenience over dlt__grad_slot_store. */
-static inline dlt_status dlt__give_grad(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g) {
-    return dlt__grad_slot_store(ctx, slot, g);
-}
 /* Size arithmetic on op arguments (padding, dilation, and the sizes of empty tensors, whose
  * other dimensions may be anything): 1 when the result does not fit in int64. */
 static inline int dlt__add_ovf(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }

@@ -21,7 +21,7 @@ static dlt_status maxpool_backward(dlt_node *n, dlt_tensor *const *gout, dlt_gra
         dlt_tensor_release(dx);
         return st;
     }
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 dlt_status dlt_max_pool2d(dlt_tensor *x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
@@ -95,7 +95,7 @@ static dlt_status gavg_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_s
         dlt_tensor_release(dx);
         return st;
     }
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 dlt_status dlt_global_avg_pool2d(dlt_tensor *x, dlt_tensor **out) {

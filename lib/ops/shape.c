@@ -33,7 +33,7 @@ static dlt_status reshape_backward(dlt_node *n, dlt_tensor *const *gout, dlt_gra
     dlt_status st = dlt__tensor_view(src, shape, ndim, format, "dlt_backward(reshape)", &dx);
     dlt_tensor_release(tmp);
     if (st != DLT_OK) return st;
-    return dlt__give_grad(ctx, &gin[0], dx);
+    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 dlt_status dlt_reshape(dlt_tensor *x, const int64_t *shape, int32_t ndim, dlt_tensor **out) {
