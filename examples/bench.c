@@ -11,7 +11,8 @@
  * and the number of nodes of the captured graph.
  *
  *   bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] [--mode eager,graph]
- *         [--steps 20] [--blocks 5] [--warmup 5] [--classes 1000] [--device cuda|cpu] [--json]
+ *         [--steps 20] [--blocks 5] [--warmup 5] [--classes 1000] [--device cuda|cpu]
+ *         [--deterministic] [--json]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,8 @@ typedef struct result {
     char err[256];
 } result;
 
+static int g_deterministic; /* --deterministic: dlt_ctx_set_deterministic on every context */
+
 static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int steps, int blocks, int warmup,
                     result *r) {
     memset(r, 0, sizeof *r);
@@ -110,6 +113,7 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
     } while (0)
     RUN(dlt_ctx_create(device, 0, DLT_ABI_VERSION, &ctx));
     RUN(dlt_ctx_set_seed(ctx, 0));
+    RUN(dlt_ctx_set_deterministic(ctx, g_deterministic));
     s.ctx = ctx;
     s.amp = c->amp;
     /* 16 batches of resident data, cycled: the dataset stays small next to the model (peak
@@ -193,7 +197,7 @@ static int parse_list(const char *s, int64_t *out) {
 static void usage(void) {
     fprintf(stderr, "usage: bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] "
                     "[--mode eager,graph] [--steps N] [--blocks N] [--warmup N] [--classes N] "
-                    "[--device cuda|cpu] [--json]\n");
+                    "[--device cuda|cpu] [--deterministic] [--json]\n");
 }
 
 int main(int argc, char **argv) {
@@ -208,6 +212,10 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--deterministic")) {
+            g_deterministic = 1;
             continue;
         }
         if (!v) {
@@ -259,8 +267,9 @@ int main(int argc, char **argv) {
         dlt_ctx_destroy(probe);
     }
     printf("# libdltrain %s bench on %s: resnet50 (%lld classes), 32x32, SGD lr 0.01; median of %d blocks "
-           "of %d steps after %d warm-up steps\n",
-           dlt_version_string(), name, (long long)classes, blocks, steps, warmup);
+           "of %d steps after %d warm-up steps%s\n",
+           dlt_version_string(), name, (long long)classes, blocks, steps, warmup,
+           g_deterministic ? "; deterministic mode" : "");
     printf("| %-5s | %-11s | %-6s | %-5s | %-8s | %-9s | %-12s | %-8s | %-12s | %-6s | %-8s |\n", "batch",
            "precision", "layout", "mode", "ms/step", "images/s", "epoch s (50k)", "peak MiB",
            "first step s", "nodes", "loss");

@@ -344,6 +344,13 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         /* the epoch that held the first step also reports its time without it */
         double steady = (t_steady > 0 && steps_steady > 0) ? now_s() - t_steady : -1;
         report_epoch(&run, epoch, i, nb, images, dt, peak, acc, steady, steps_steady, images_steady);
+        /* what stays held between epochs: flat from the second epoch on in a healthy run */
+        uint64_t live = 0, nlive = 0, reserved = 0;
+        TRY(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &live));
+        TRY(dlt_memory_stat(ctx, DLT_MEM_ALLOC_COUNT, &nlive));
+        TRY(dlt_memory_stat(ctx, DLT_MEM_RESERVED, &reserved));
+        printf("memory after epoch %lld: %.1f MiB live in %llu allocations, %.1f MiB reserved\n",
+               (long long)epoch, live / 1048576.0, (unsigned long long)nlive, reserved / 1048576.0);
         if (o.save) {
             TRY(dlt_checkpoint_save(o.save, model, opt, scaler, epoch + 1, global_step));
             printf("saved %s\n", o.save);

@@ -1,5 +1,6 @@
 /*
- * test_harden.c - failure injection, durability, resume and determinism on the CPU.
+ * test_harden.c - failure injection, durability, resume and determinism, on the CPU and
+ * (the injection, resume and determinism cases again, deterministic mode on) on CUDA.
  *
  *  - A whole training step (loader, conv/BN/ReLU/BasicBlocks/pool/linear model under fp16
  *    autocast, cross-entropy, GradScaler, SGD with momentum, weight decay and an lr schedule)
@@ -85,6 +86,14 @@ typedef struct rig {
     int32_t amp;       /* DLT_F16, or -1 for fp32 */
 } rig;
 
+/* Where rigs run. CPU: a fresh context per rig. CUDA: one context shared by every rig of a
+ * case, because a fresh one would rebuild its cuDNN plans (seconds) for each of the hundreds
+ * of injection runs; each rig frees all it made, so its memory counts are still its own. */
+static dlt_ctx *g_shared_ctx;
+/* Determinism for rigs that do not choose: off on the CPU (it changes nothing there), on
+ * for CUDA, where bitwise comparisons need deterministic cuDNN engines. */
+static int32_t g_det_default;
+
 static dlt_status add_child(dlt_module *seq, dlt_status st, dlt_module *child) {
     if (st != DLT_OK) return st;
     return dlt_sequential_append(seq, NULL, child);
@@ -120,8 +129,8 @@ static dlt_status build_model(dlt_ctx *ctx, dlt_module **out) {
 static void rig_init(rig *r, int32_t amp, double init_scale, int32_t deterministic) {
     memset(r, 0, sizeof *r);
     r->amp = amp;
-    r->ctx = th_cpu_ctx();
-    CHECK_OK(dlt_ctx_set_deterministic(r->ctx, deterministic));
+    r->ctx = g_shared_ctx ? g_shared_ctx : th_cpu_ctx();
+    CHECK_OK(dlt_ctx_set_deterministic(r->ctx, deterministic < 0 ? g_det_default : deterministic));
     CHECK_OK(dlt_ctx_set_seed(r->ctx, 1234));
     CHECK_OK(dlt_synthetic_dataset_create(r->ctx, RIG_IMAGES, 10, 77, 1, &r->ds));
     CHECK_OK(dlt_loader_create(r->ds, RIG_BATCH, 1, 0, 99, &r->ld));
@@ -144,7 +153,7 @@ static void rig_fini(rig *r) {
     dlt_module_destroy(r->model);
     dlt_loader_destroy(r->ld);
     dlt_dataset_destroy(r->ds);
-    dlt_ctx_destroy(r->ctx);
+    if (r->ctx != g_shared_ctx) dlt_ctx_destroy(r->ctx);
     memset(r, 0, sizeof *r);
 }
 
@@ -319,7 +328,7 @@ typedef struct inj_ref {
 
 static void inj_reference(int warm, inj_ref *ref) {
     rig r;
-    rig_init(&r, DLT_F16, INJ_SCALE, 0);
+    rig_init(&r, DLT_F16, INJ_SCALE, -1);
     rig_steps(&r, warm, ref->losses);
     ref->mem_before = rig_mem(&r);
     int64_t a0 = 0, a1 = 0;
@@ -341,7 +350,7 @@ static int inj_run(int warm, int64_t n, const inj_ref *ref, int *fail_phase) {
     rig r;
     double losses[16];
     int failed = 0;
-    rig_init(&r, DLT_F16, INJ_SCALE, 0);
+    rig_init(&r, DLT_F16, INJ_SCALE, -1);
     rig_steps(&r, warm, losses);
     mem_state before = rig_mem(&r);
     CHECK_OK(dlt_testing_fail_alloc(r.ctx, n));
@@ -352,7 +361,9 @@ static int inj_run(int warm, int64_t n, const inj_ref *ref, int *fail_phase) {
     *fail_phase = ph;
     if (st != DLT_OK) {
         failed = 1;
-        CHECK(st == DLT_ERR_OUT_OF_MEMORY, "n=%lld (%s): status %d (%s): %s", (long long)n,
+        /* host allocations say OUT_OF_MEMORY, device memory DEVICE_OUT_OF_MEMORY */
+        CHECK(st == DLT_ERR_OUT_OF_MEMORY || (g_shared_ctx && st == DLT_ERR_DEVICE_OUT_OF_MEMORY),
+              "n=%lld (%s): status %d (%s): %s", (long long)n,
               PHASE_NAMES[ph], st, dlt_status_string(st), dlt_last_error());
         CHECK(dlt_last_error()[0] != '\0', "n=%lld: no message", (long long)n);
         /* a step must not fail once the optimizer has changed the parameters */
@@ -411,9 +422,10 @@ static void inj_sweep(int warm) {
         else CHECK(!f, "n=%lld is past the step's allocations but it failed", (long long)n);
         if (th_case_failed) break; /* one broken point is enough to report */
     }
-    printf("# step %d: %lld allocations, each failed in turn (%lld failures: loader %lld, forward "
+    printf("# %s, step %d: %lld allocations, each failed in turn (%lld failures: loader %lld, forward "
            "%lld, backward %lld, optimizer/scaler %lld)\n",
-           warm + 1, (long long)ref.allocs, (long long)failed, (long long)phases[PH_LOADER],
+           g_shared_ctx ? "CUDA" : "CPU", warm + 1, (long long)ref.allocs, (long long)failed,
+           (long long)phases[PH_LOADER],
            (long long)phases[PH_FORWARD], (long long)phases[PH_BACKWARD], (long long)phases[PH_STEP]);
     free(ref.final.p);
 }
@@ -600,7 +612,7 @@ static void test_inject_ops(void) {
 /* Loads path into a fresh rig and snapshots what it holds. */
 static snap load_fresh(const char *path, int64_t *epoch, int64_t *step) {
     rig q;
-    rig_init(&q, DLT_F16, INJ_SCALE, 0);
+    rig_init(&q, DLT_F16, INJ_SCALE, -1);
     CHECK_OK(dlt_checkpoint_load(path, q.model, q.opt, q.scaler, epoch, step));
     snap s = rig_snapshot(&q, 1);
     rig_fini(&q);
@@ -610,7 +622,7 @@ static snap load_fresh(const char *path, int64_t *epoch, int64_t *step) {
 static void test_save_failures(void) {
     rig r;
     double losses[8];
-    rig_init(&r, DLT_F16, INJ_SCALE, 0);
+    rig_init(&r, DLT_F16, INJ_SCALE, -1);
     rig_steps(&r, 2, losses);
     char path[512];
     path_in(path, sizeof path, "durable.safetensors");
@@ -727,7 +739,7 @@ static void seek_loader(rig *r, int64_t epoch, int64_t step) {
 static void resume_case(double init_scale, int32_t amp, int64_t k, int into_same) {
     double ref[RESUME_STEPS], got[RESUME_STEPS];
     rig a;
-    rig_init(&a, amp, init_scale, 0);
+    rig_init(&a, amp, init_scale, -1);
     rig_steps(&a, RESUME_STEPS, ref);
     snap sref = rig_snapshot(&a, 1);
     int64_t applied = 0;
@@ -737,7 +749,7 @@ static void resume_case(double init_scale, int32_t amp, int64_t k, int into_same
     char path[512];
     path_in(path, sizeof path, "resume.safetensors");
     rig b, c;
-    rig_init(&b, amp, init_scale, 0);
+    rig_init(&b, amp, init_scale, -1);
     rig_steps(&b, (int)k, got);
     const int64_t nb = dlt_loader_num_batches(b.ld);
     CHECK_OK(dlt_checkpoint_save(path, b.model, b.opt, b.scaler, k / nb, k));
@@ -746,7 +758,7 @@ static void resume_case(double init_scale, int32_t amp, int64_t k, int into_same
         double more[4];
         rig_steps(&b, 3, more);
     } else {
-        rig_init(&c, amp, init_scale, 0);
+        rig_init(&c, amp, init_scale, -1);
         r = &c;
     }
     int64_t epoch = -1, step = -1;
@@ -785,11 +797,15 @@ static void test_resume(void) {
  * 4. Determinism
  * ------------------------------------------------------------------------------------- */
 
+/* Runs off, off, on, on. The CPU must give the same bits in all four; CUDA in the two runs
+ * with the switch on (whether the runs without it agree is printed: it depends on the
+ * engines cuDNN picks). */
 static void test_determinism(void) {
     double l[4][RESUME_STEPS];
     snap s[4];
     for (int amp_i = 0; amp_i < 2; amp_i++) {
         const int32_t amp = amp_i ? DLT_F16 : -1;
+        const char *prec = amp_i ? "fp16" : "fp32";
         for (int run = 0; run < 4; run++) { /* deterministic off, off, on, on */
             rig r;
             rig_init(&r, amp, INJ_SCALE, run >= 2);
@@ -798,15 +814,43 @@ static void test_determinism(void) {
             rig_fini(&r);
         }
         for (int run = 1; run < 4; run++) {
-            CHECK(memcmp(l[run], l[0], sizeof l[0]) == 0, "%s run %d: losses differ",
-                  amp ? "fp16" : "fp32", run);
-            CHECK(snap_equal(&s[run], &s[0]), "%s run %d: final state differs", amp ? "fp16" : "fp32", run);
+            int same = memcmp(l[run], l[0], sizeof l[0]) == 0 && snap_equal(&s[run], &s[0]);
+            if (!g_shared_ctx) {
+                CHECK(memcmp(l[run], l[0], sizeof l[0]) == 0, "%s run %d: losses differ", prec, run);
+                CHECK(snap_equal(&s[run], &s[0]), "%s run %d: final state differs", prec, run);
+            } else if (run == 3) {
+                CHECK(memcmp(l[3], l[2], sizeof l[0]) == 0, "%s: deterministic runs: losses differ", prec);
+                CHECK(snap_equal(&s[3], &s[2]), "%s: deterministic runs: final state differs", prec);
+            } else {
+                printf("# CUDA %s: run %d (%s) vs run 0 (switch off): %s\n", prec, run,
+                       run == 1 ? "switch off" : "switch on", same ? "bitwise equal" : "differs");
+            }
         }
-        CHECK(l[0][RESUME_STEPS - 1] < l[0][0], "%s: the loss does not fall (%g -> %g)",
-              amp ? "fp16" : "fp32", l[0][0], l[0][RESUME_STEPS - 1]);
+        CHECK(l[0][RESUME_STEPS - 1] < l[0][0], "%s: the loss does not fall (%g -> %g)", prec,
+              l[0][0], l[0][RESUME_STEPS - 1]);
         for (int run = 0; run < 4; run++) free(s[run].p);
     }
 }
+
+/* The same cases on a CUDA context (skipped without one), deterministic mode on. */
+static void cuda_case(void (*fn)(void)) {
+    if (g_shared_ctx) dlt_ctx_destroy(g_shared_ctx); /* left by a case that stopped early */
+    g_shared_ctx = th_cuda_ctx();
+    g_det_default = 0;
+    if (!g_shared_ctx) {
+        th_case_skipped = 1; /* th_cuda_ctx wrote the reason */
+        longjmp(th_jmp, 1);
+    }
+    g_det_default = 1;
+    fn();
+    dlt_ctx_destroy(g_shared_ctx);
+    g_shared_ctx = NULL;
+    g_det_default = 0;
+}
+static void test_cuda_inject_first_step(void) { cuda_case(test_inject_first_step); }
+static void test_cuda_inject_later_step(void) { cuda_case(test_inject_later_step); }
+static void test_cuda_resume(void) { cuda_case(test_resume); }
+static void test_cuda_determinism(void) { cuda_case(test_determinism); }
 
 /* ---------------------------------------------------------------------------------------
  * 5. API misuse: zero-size dimensions, overflowing sizes, objects of another context
@@ -1302,21 +1346,36 @@ static void test_context_mismatch(void) {
     printf("# %d context-mismatch cases; %d misuse cases in all\n", g_misuse_cases - n0, g_misuse_cases);
 }
 
+/* DLT_TEST_GROUPS=cpu or cuda runs only those cases (compute-sanitizer takes the CUDA ones
+ * alone); unset: all. */
+static int group_on(const char *name) {
+    const char *g = getenv("DLT_TEST_GROUPS");
+    return !g || !*g || strstr(g, name) != NULL;
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dlt_harden_XXXXXX");
     if (!mkdtemp(g_dir)) {
         printf("# cannot create a temporary directory\n");
         return 1;
     }
-    RUN(test_inject_first_step);
-    RUN(test_inject_later_step);
-    RUN(test_inject_ops);
-    RUN(test_save_failures);
-    RUN(test_resume);
-    RUN(test_determinism);
-    RUN(test_zero_size);
-    RUN(test_size_overflow);
-    RUN(test_context_mismatch);
+    if (group_on("cpu")) {
+        RUN(test_inject_first_step);
+        RUN(test_inject_later_step);
+        RUN(test_inject_ops);
+        RUN(test_save_failures);
+        RUN(test_resume);
+        RUN(test_determinism);
+        RUN(test_zero_size);
+        RUN(test_size_overflow);
+        RUN(test_context_mismatch);
+    }
+    if (group_on("cuda")) {
+        RUN(test_cuda_inject_first_step);
+        RUN(test_cuda_inject_later_step);
+        RUN(test_cuda_resume);
+        RUN(test_cuda_determinism);
+    }
     rmdir(g_dir);
     return th_done();
 }

@@ -4,8 +4,10 @@
 # ResNet50 example, and the PyTorch-side scripts; logs under $OUT, a short table at the end.
 #
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
-#   env:   STAGES="build test memcheck example fixtures interop" (default: all)
-#          MEMCHECK_TESTS="cuda_tensor cuda_optim ..."   TEST_TIMEOUT=...
+#   env:   STAGES="build test memcheck example fixtures interop" (default: those; also
+#          sanitize longrun detcost bench profile autotune parity kcache)
+#          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
+#          SANITIZE_TOOLS="racecheck initcheck"  LONGRUN_EPOCHS=10
 set -u
 # Logs go to a scratch folder and come back as one archive (the tool returns few files).
 FINAL_OUT=${OUT:-/tmp/out}
@@ -15,6 +17,8 @@ rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
 STAGES=${STAGES:-"build test memcheck example fixtures interop"}
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 export DLT_CIFAR10_DIR=$(pwd)/.device/cifar10
+# the CUDA test programs, split so compute-sanitizer runs them as parallel processes
+CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:kcache test_harden:cuda"
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 t0=$(date +%s)
@@ -65,7 +69,7 @@ fi
 if has memcheck; then
   t=$(date +%s)
   # in parallel: the GPU has room for all of them, and memcheck is CPU-bound
-  for spec in ${MEMCHECK_TESTS:-cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running}; do
+  for spec in ${MEMCHECK_TESTS:-$CUDA_TEST_SPECS}; do
     tname=${spec%%:*}; group=""; [ "$spec" != "$tname" ] && group=${spec#*:}
     [ -x build-gpu/tests/$tname ] || continue
     log="$OUT/memcheck-$tname${group:+-$group}.log"
@@ -78,6 +82,71 @@ if has memcheck; then
     note "$(basename "$f" .log): $(tail -1 "$f"), $(grep -E 'ERROR SUMMARY' "$f" | tail -1 | sed 's/=* *//'), $(grep -cE '^(ok|not ok)' "$f") cases, $(grep -c '^not ok' "$f") failed"
   done
   note "memcheck time: $(( $(date +%s) - t )) s"
+fi
+
+if has sanitize; then
+  # racecheck (shared-memory hazards) and initcheck (reads of uninitialised device memory)
+  t=$(date +%s)
+  for tool in ${SANITIZE_TOOLS:-racecheck initcheck}; do
+    for spec in ${SANITIZE_TESTS:-$CUDA_TEST_SPECS}; do
+      tname=${spec%%:*}; group=""; [ "$spec" != "$tname" ] && group=${spec#*:}
+      [ -x build-gpu/tests/$tname ] || continue
+      log="$OUT/$tool-$tname${group:+-$group}.log"
+      ( DLT_TEST_GROUPS=$group DLT_SOURCE_ROOT=$(pwd) timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool \
+          --error-exitcode 99 build-gpu/tests/$tname >"$log" 2>&1
+        echo "rc=$?" >>"$log" ) &
+    done
+  done
+  wait
+  for f in "$OUT"/racecheck-*.log "$OUT"/initcheck-*.log; do
+    [ -f "$f" ] || continue
+    note "$(basename "$f" .log): $(tail -1 "$f"), $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1 | sed 's/=* *//'), $(grep -cE '^(ok|not ok)' "$f") cases, $(grep -c '^not ok' "$f") failed"
+  done
+  note "sanitize time: $(( $(date +%s) - t )) s"
+fi
+
+if has longrun; then
+  # memory over a long run: the library's own counters after each epoch, and the device's
+  # used memory as nvidia-smi sees it (cuDNN/cuBLAS internals included), once a second
+  t=$(date +%s)
+  nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader -lms 1000 >"$OUT/longrun-smi.csv" 2>&1 &
+  smi=$!
+  ./build-gpu/examples/resnet50_cifar10 --epochs ${LONGRUN_EPOCHS:-10} --log-every 0 >"$OUT/longrun.txt" 2>&1
+  rc=$?
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  note "longrun ${LONGRUN_EPOCHS:-10} epochs rc=$rc ($(( $(date +%s) - t )) s)"
+  grep -E '^(epoch|memory after)' "$OUT/longrun.txt" | sed 's/^/   /'
+  awk -F', ' '{gsub(/ MiB/,"",$2); v[NR]=$2} END {n=NR; if (n<3) exit; min=v[int(n/4)+1]; max=min;
+    for (i=int(n/4)+1;i<=n;i++){if(v[i]<min)min=v[i]; if(v[i]>max)max=v[i]}
+    printf "   nvidia-smi memory.used over the last 3/4 of the run (%d samples): min %d MiB, max %d MiB\n", n-int(n/4), min, max}' \
+    "$OUT/longrun-smi.csv" | tee -a "$OUT/longrun.txt"
+fi
+
+if has detcost; then
+  t=$(date +%s)
+  build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode eager,graph >"$OUT/detcost.txt" 2>&1
+  build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode eager,graph --deterministic >>"$OUT/detcost.txt" 2>&1
+  note "determinism cost ($(( $(date +%s) - t )) s):"
+  grep -E '^(#|\| 256)' "$OUT/detcost.txt" | sed 's/^/   /'
+fi
+
+if has kcache; then
+  # time to the first step with and without the cuDNN kernel cache, and with its file
+  t=$(date +%s)
+  kc=/tmp/dlt-kcache-$$.json; rm -f $kc
+  B="build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode graph --warmup 3 --blocks 3"
+  { echo "## DLT_CUDNN_KERNEL_CACHE=0"; DLT_CUDNN_KERNEL_CACHE=0 $B
+    echo "## kernel cache on, no file"; $B
+    echo "## kernel cache file, cold"; DLT_CUDNN_KERNEL_CACHE_FILE=$kc $B; ls -l $kc
+    echo "## kernel cache file, warm"; DLT_CUDNN_KERNEL_CACHE_FILE=$kc $B
+  } >"$OUT/kcache.txt" 2>&1
+  note "kernel cache ($(( $(date +%s) - t )) s):"
+  grep -E '^(##|\| 256|-)' "$OUT/kcache.txt" | sed 's/^/   /'
+  t=$(date +%s)
+  DLT_CUDNN_KERNEL_CACHE_FILE=$kc ./build-gpu/examples/resnet50_cifar10 --epochs 2 --log-every 0 >"$OUT/kcache-example.txt" 2>&1
+  note "resnet50_cifar10 2 epochs with the warm kernel cache file rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E '^(epoch|first step)' "$OUT/kcache-example.txt" | sed 's/^/   /'
+  rm -f $kc
 fi
 
 if has bench; then
