@@ -60,6 +60,20 @@ __global__ void accumulate_kernel(D *dst, const S *src, int64_t n, Shape4 ds, Sh
     }
 }
 
+/* dst += src (or dst = src), same dtype and layout, 16 bytes per load */
+template <typename T> __global__ void accumulate_vec_kernel(T *dst, const T *src, int64_t nv, int beta) {
+    DLT_GRID_STRIDE(i, nv) {
+        Vec16<T> a, b;
+        a.raw = reinterpret_cast<const uint4 *>(src)[i];
+        if (beta) {
+            b.raw = reinterpret_cast<const uint4 *>(dst)[i];
+#pragma unroll
+            for (int k = 0; k < Vec16<T>::N; k++) a.v[k] = from_f<T>(to_f<T>(a.v[k]) + to_f<T>(b.v[k]));
+        }
+        reinterpret_cast<uint4 *>(dst)[i] = a.raw;
+    }
+}
+
 template <typename T>
 __global__ void scale_kernel(T *y, const T *x, int64_t n, const float *s, double alpha) {
     float f = s ? *s : 1.0f;
@@ -257,6 +271,17 @@ dlt_status dlt__cuda_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor 
         DLT_CU(ctx, cudaMemcpyAsync(dlt__data(dst), dlt__data(src), dlt__nbytes(dst),
                                     cudaMemcpyDeviceToDevice, st), "dlt_accumulate");
         return DLT_OK;
+    }
+    if (same && dst->dtype == src->dtype) {
+        /* the residual joins of backward: fp16/bf16 gradients summed in place */
+        DLT_DISPATCH_FLOAT(dst->dtype, T,
+            if (vec16_ok(n, Vec16<T>::N, dlt__data(dst), dlt__data(src))) {
+                const int64_t nv = n / Vec16<T>::N;
+                accumulate_vec_kernel<T><<<grid_for(nv, 256), 256, 0, st>>>(
+                    (T *)dlt__data(dst), (const T *)dlt__data(src), nv, beta);
+                DLT_CU_LAUNCHED(ctx, "dlt_accumulate");
+                return DLT_OK;
+            });
     }
     DLT_DISPATCH_FLOAT(dst->dtype, D, DLT_DISPATCH_FLOAT(src->dtype, S,
         accumulate_kernel<D, S><<<grid_for(n, 256), 256, 0, st>>>((D *)dlt__data(dst), (const S *)dlt__data(src),
