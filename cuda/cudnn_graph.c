@@ -9,24 +9,13 @@
  * freed by context destruction through plans_free, after the context's stream has drained
  * (a plan may still be executing when the user destroys the context).
  *
- * Only cuDNN 9.0-9.14 API is used (the GPU machine runs 9.14): no device-property
- * descriptors, no native CUDA-graph population. The kernel cache (9.5) and its JSON form
- * (9.10) are used when the headers have them.
- *
- * The kernel cache: BatchNorm's engines compile a kernel per graph and shape with NVRTC
- * (0.1-0.3 s each on the H200), which made the first ResNet50 step take 4-9 s and the last,
- * smaller batch of an epoch as long again. Built as dynamic-shape graphs bound to one
- * kernel cache per context, graphs that differ only in shape share the compiled kernel,
- * and the cache's JSON form (which holds the compiled kernels) can be kept in a file
- * between processes. Any failure along that path (an engine without dynamic-shape support,
- * a file from another cuDNN version) falls back to the plain build; the file is only an
- * accelerator, never needed.
+ * Only cuDNN 9.0-9.14 API is used (the GPU machine runs 9.14): no kernel cache, no
+ * device-property descriptors, no native CUDA-graph population.
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cudnn_graph.h"
 
@@ -40,138 +29,12 @@ typedef struct cache_slot {
     dlt_cudnn_plan *plan; /* NULL: empty slot */
 } cache_slot;
 
-#if defined(CUDNN_VERSION) && CUDNN_VERSION >= 90500
-#define HAVE_KERNEL_CACHE 1
-#endif
-#if defined(CUDNN_VERSION) && CUDNN_VERSION >= 91000
-#define HAVE_KERNEL_CACHE_JSON 1
-#endif
-
 struct dlt_cuda_plan_cache {
     dlt_cudnn_settings settings;
     cudaStream_t stream;
     size_t cap, count;
     cache_slot *slots;
-    /* the kernel cache: created (or loaded from kc_path) with the cache, finalized with the
-     * first dynamic-shape graph; kc_state: 0 not finalized yet, 1 usable, -1 given up */
-    cudnnBackendDescriptor_t kc;
-    int32_t kc_state;
-    int64_t kc_plans;        /* plans built with it in this context */
-    uint64_t kc_loaded_hash; /* of the JSON read from kc_path (0: none) */
-    char kc_path[1024];
 };
-
-static uint64_t fnv1a(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h ? h : 1;
-}
-
-/* Reads the kernel cache file into a fresh descriptor; a missing, unreadable or foreign
- * file (cuDNN checks the version and device it was made for) leaves an empty cache. */
-static void kc_load(dlt_cuda_plan_cache *c) {
-#ifdef HAVE_KERNEL_CACHE_JSON
-    if (!c->kc_path[0]) return;
-    FILE *f = fopen(c->kc_path, "rb");
-    if (!f) return;
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && n < (1L << 30) &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n)) != NULL &&
-        fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        cudnnStatus_t st = cudnnBackendSetAttribute(c->kc, CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION,
-                                                    CUDNN_TYPE_CHAR, n, buf);
-        if (st == CUDNN_STATUS_SUCCESS) {
-            c->kc_loaded_hash = fnv1a(buf, (size_t)n);
-            dlt__log(DLT_LOG_INFO, "dlt: cuDNN kernel cache loaded from %s (%ld bytes)", c->kc_path, n);
-        } else {
-            /* the descriptor may hold part of it: start again from an empty one */
-            dlt__log(DLT_LOG_WARNING, "dlt: cuDNN kernel cache %s not used: %s", c->kc_path,
-                     cudnnGetErrorString(st));
-            cudnnBackendDestroyDescriptor(c->kc);
-            c->kc = NULL;
-            if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, &c->kc) !=
-                CUDNN_STATUS_SUCCESS) {
-                c->kc = NULL;
-                c->kc_state = -1;
-            }
-        }
-    }
-    free(buf);
-    fclose(f);
-#else
-    (void)c;
-#endif
-}
-
-/* Writes the kernel cache to its file when it holds something the file does not:
- * <path>.tmp-<pid> then rename, so a reader never sees half a file. Failures are logged
- * and otherwise ignored (the file is an accelerator). */
-static void kc_save(dlt_cuda_plan_cache *c) {
-#ifdef HAVE_KERNEL_CACHE_JSON
-    if (!c->kc_path[0] || c->kc_state != 1 || c->kc_plans == 0) return;
-    int64_t n = 0;
-    if (cudnnBackendGetAttribute(c->kc, CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
-                                 0, &n, NULL) != CUDNN_STATUS_SUCCESS || n <= 0)
-        return;
-    char *buf = malloc((size_t)n);
-    if (!buf) return;
-    int64_t got = 0;
-    if (cudnnBackendGetAttribute(c->kc, CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
-                                 n, &got, buf) == CUDNN_STATUS_SUCCESS &&
-        got > 0 && got <= n && fnv1a(buf, (size_t)got) != c->kc_loaded_hash) {
-        char tmp[1100];
-        snprintf(tmp, sizeof tmp, "%s.tmp-%ld", c->kc_path, (long)getpid());
-        FILE *f = fopen(tmp, "wb");
-        int ok = f && fwrite(buf, 1, (size_t)got, f) == (size_t)got;
-        if (f && fclose(f) != 0) ok = 0;
-        if (ok && rename(tmp, c->kc_path) == 0)
-            dlt__log(DLT_LOG_INFO, "dlt: cuDNN kernel cache written to %s (%lld bytes)", c->kc_path,
-                     (long long)got);
-        else {
-            dlt__log(DLT_LOG_WARNING, "dlt: cannot write the cuDNN kernel cache %s", c->kc_path);
-            if (f) (void)remove(tmp);
-        }
-    }
-    free(buf);
-#else
-    (void)c;
-#endif
-}
-
-/* Makes the kernel cache usable for dynamic-shape graph `graph`: the first such graph
- * finalizes it. Returns 1 when plans may bind it. */
-static int kc_ready(dlt_cuda_plan_cache *c, cudnnBackendDescriptor_t graph) {
-#ifdef HAVE_KERNEL_CACHE
-    if (c->kc_state != 0) return c->kc_state == 1;
-    cudnnStatus_t st = CUDNN_STATUS_NOT_INITIALIZED;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        st = c->kc ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_INITIALIZED;
-        if (st == CUDNN_STATUS_SUCCESS)
-            st = cudnnBackendSetAttribute(c->kc, CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH,
-                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-        if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(c->kc);
-        if (st == CUDNN_STATUS_SUCCESS || !c->kc_loaded_hash) break;
-        /* what the file held does not finalize: drop it and start from an empty cache */
-        dlt__log(DLT_LOG_WARNING, "dlt: cuDNN kernel cache %s not used: %s", c->kc_path,
-                 cudnnGetErrorString(st));
-        c->kc_loaded_hash = 0;
-        if (c->kc) cudnnBackendDestroyDescriptor(c->kc);
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, &c->kc) !=
-            CUDNN_STATUS_SUCCESS)
-            c->kc = NULL;
-    }
-    c->kc_state = st == CUDNN_STATUS_SUCCESS ? 1 : -1;
-    if (st != CUDNN_STATUS_SUCCESS)
-        dlt__log(DLT_LOG_WARNING, "dlt: cuDNN kernel cache unavailable (%s): plans build without it",
-                 cudnnGetErrorString(st));
-    return c->kc_state == 1;
-#else
-    (void)c;
-    (void)graph;
-    return 0;
-#endif
-}
 
 /* ---------------------------------------------------------------------------------------
  * Settings and the cache
@@ -205,13 +68,11 @@ static void cache_free(dlt_cuda_plan_cache *c) {
     /* plans may still run on the stream: let them finish before their descriptors go */
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     (void)cudaGetLastError();
-    kc_save(c);
     for (size_t i = 0; i < c->cap; i++)
         if (c->slots[i].plan) {
             dlt__cudnn_plan_release(c->slots[i].plan);
             free(c->slots[i].plan);
         }
-    if (c->kc) cudnnBackendDestroyDescriptor(c->kc);
     free(c->slots);
     free(c);
 }
@@ -238,23 +99,6 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
             const char *v = getenv("DLT_BN_CUDNN_RUNNING_STATS");
             c->settings.bn_cudnn_running = !(v && strcmp(v, "0") == 0);
         }
-#ifdef HAVE_KERNEL_CACHE
-        {
-            const char *v = getenv("DLT_CUDNN_KERNEL_CACHE");
-            c->settings.kernel_cache = !(v && strcmp(v, "0") == 0);
-            const char *f = getenv("DLT_CUDNN_KERNEL_CACHE_FILE");
-            if (f && strlen(f) < sizeof c->kc_path) snprintf(c->kc_path, sizeof c->kc_path, "%s", f);
-        }
-        if (c->settings.kernel_cache) {
-            if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, &c->kc) !=
-                CUDNN_STATUS_SUCCESS) {
-                c->kc = NULL;
-                c->kc_state = -1;
-            } else {
-                kc_load(c);
-            }
-        }
-#endif
         s->plans = c;
         s->plans_free = cache_free;
     }
@@ -713,49 +557,12 @@ dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescrip
     out->n_uids = n_uids;
     memcpy(out->uids, uids, (size_t)n_uids * sizeof *uids);
 
-    /* the operation graph: dynamic-shape and bound to the kernel cache when the engines
-     * compile at run time, else (or when cuDNN refuses that) a plain one */
-    dlt_cuda_plan_cache *pc = NULL;
-    DLT_CHECK(cache_get(ctx, &pc));
-    cudnnBackendDescriptor_t graph = NULL;
-    int dyn = 0, try_dyn = set->kernel_cache && opts && opts->runtime_compiled;
-build_graph:
-#ifdef HAVE_KERNEL_CACHE
-    if (b->status == CUDNN_STATUS_SUCCESS && try_dyn && pc->kc_state >= 0) {
-        const bool yes = true;
-        cudnnBackendDescriptor_t g = NULL;
-        cudnnStatus_t gs = cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g);
-        if (gs == CUDNN_STATUS_SUCCESS)
-            gs = cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                          n_ops, ops);
-        if (gs == CUDNN_STATUS_SUCCESS)
-            gs = cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                          &cs->cudnn);
-        if (gs == CUDNN_STATUS_SUCCESS)
-            gs = cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED,
-                                          CUDNN_TYPE_BOOLEAN, 1, &yes);
-        if (gs == CUDNN_STATUS_SUCCESS) gs = cudnnBackendFinalize(g);
-        if (gs == CUDNN_STATUS_SUCCESS && kc_ready(pc, g)) {
-            if (builder_own(b, g) == 0) {
-                graph = g;
-                dyn = 1;
-            }
-        } else {
-            if (gs != CUDNN_STATUS_SUCCESS)
-                dlt__log(DLT_LOG_INFO, "dlt: %s: no dynamic-shape graph (%s), built without the kernel cache",
-                         b->what, cudnnGetErrorString(gs));
-            if (g) cudnnBackendDestroyDescriptor(g);
-        }
-        (void)cudaGetLastError();
-    }
-#endif
-    if (!dyn) {
-        graph = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-        DLT_CUDNN_SET(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops);
-        /* optional since 9.8, still needed by 9.14's engines for some graphs */
-        DLT_CUDNN_SET(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cs->cudnn);
-        DLT_CUDNN_FINALIZE(b, graph);
-    }
+    /* the operation graph */
+    cudnnBackendDescriptor_t graph = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    DLT_CUDNN_SET(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops);
+    /* optional since 9.8, still needed by 9.14's engines for some graphs */
+    DLT_CUDNN_SET(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cs->cudnn);
+    DLT_CUDNN_FINALIZE(b, graph);
     if (b->status != CUDNN_STATUS_SUCCESS) {
         /* cuDNN refused the description itself: a negative entry with its message */
         out->why_status = b->status;
@@ -795,11 +602,6 @@ build_graph:
         if (s == CUDNN_STATUS_SUCCESS)
             s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
-#ifdef HAVE_KERNEL_CACHE
-        if (s == CUDNN_STATUS_SUCCESS && dyn)
-            s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pc->kc);
-#endif
         if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
         /* A config that cuDNN rejects can leave a CUDA runtime error behind (e.g. an invalid
          * launch attribute tried internally); it is cuDNN's and handled, so it must not be
@@ -826,19 +628,6 @@ build_graph:
         cands[nc].usable = 1;
         cfgs[i] = NULL; /* now owned by the candidate */
         nc++;
-    }
-    if (dyn && nc == 0) {
-        /* no engine takes the dynamic-shape graph: build the plain one (the dynamic graph
-         * and its heuristics stay owned by the builder, freed with the plan) */
-        dlt__log(DLT_LOG_INFO, "dlt: %s: no engine for the dynamic-shape graph (%s), built without the kernel cache",
-                 b->what, last_why[0] ? last_why : "none");
-        for (int32_t i = 0; i < n_cfgs; i++)
-            if (cfgs[i]) cudnnBackendDestroyDescriptor(cfgs[i]);
-        n_cfgs = 0;
-        filtered = rejected = 0;
-        heur_why[0] = last_why[0] = '\0';
-        dyn = try_dyn = 0;
-        goto build_graph;
     }
 
     int32_t chosen = nc > 0 ? 0 : -1;
@@ -879,12 +668,11 @@ build_graph:
         return DLT_OK;
     }
     out->supported = 1;
-    if (dyn) pc->kc_plans++;
     out->plan = cands[chosen].plan;
     out->workspace = cands[chosen].workspace;
     out->engine = cands[chosen].engine;
-    dlt__log(DLT_LOG_INFO, "dlt: cuDNN plan for %s: engine %lld, workspace %lld bytes%s", b->what,
-             (long long)out->engine, (long long)out->workspace, dyn ? ", kernel cache" : "");
+    dlt__log(DLT_LOG_INFO, "dlt: cuDNN plan for %s: engine %lld, workspace %lld bytes", b->what,
+             (long long)out->engine, (long long)out->workspace);
     return DLT_OK;
 }
 

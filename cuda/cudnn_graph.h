@@ -29,11 +29,7 @@
  * conv/BN call): DLT_CONV_IMPL and DLT_BN_IMPL = cudnn | native (unset: cuDNN when a plan
  * finalizes, our kernels otherwise; "cudnn" turns a missing plan into an error),
  * DLT_CUDNN_AUTOTUNE=1 (time all usable configs once per shape), DLT_BN_CUDNN_RUNNING_STATS=1
- * (let cuDNN's BN graph update the running statistics instead of our kernel),
- * DLT_CUDNN_KERNEL_CACHE=0|1 (the kernel cache for runtime-compiled graphs, see
- * dlt_cudnn_plan_opts.runtime_compiled) and DLT_CUDNN_KERNEL_CACHE_FILE=path (load the
- * kernel cache from path when the context starts using cuDNN, write it back when the
- * context is destroyed if it gained kernels; docs/performance.md, "Start-up").
+ * (let cuDNN's BN graph update the running statistics instead of our kernel).
  */
 #ifndef DLT_CUDNN_GRAPH_H
 #define DLT_CUDNN_GRAPH_H
@@ -58,7 +54,6 @@ typedef struct dlt_cudnn_settings {
     int32_t bn_impl;          /* DLT_IMPL_* from DLT_BN_IMPL */
     int32_t autotune;         /* DLT_CUDNN_AUTOTUNE=1 */
     int32_t bn_cudnn_running; /* DLT_BN_CUDNN_RUNNING_STATS=1 */
-    int32_t kernel_cache;     /* DLT_CUDNN_KERNEL_CACHE: share runtime-compiled kernels */
 } dlt_cudnn_settings;
 
 /* The context's settings (creates the plan cache on first use). */
@@ -169,11 +164,6 @@ typedef struct dlt_cudnn_plan_opts {
     void *const *trial_ptrs;
     int32_t out_slot;
     size_t out_bytes;
-    /* The graph's engines compile their kernels at run time (NVRTC: BatchNorm). With the
-     * kernel cache on, the graph is built as a dynamic-shape graph bound to the context's
-     * kernel cache, so another shape of the same graph reuses the compiled kernel instead
-     * of compiling again. */
-    int32_t runtime_compiled;
 } dlt_cudnn_plan_opts;
 
 /* Builds a plan for the graph made of ops (finalized operation descriptors created by b).

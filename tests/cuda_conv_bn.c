@@ -35,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "harness.h"
 
@@ -45,14 +44,9 @@ static const char *g_group = "";
 static int g_warnings;     /* fallback warnings logged since the case began */
 static int g_strict_group; /* the group where the ResNet path must stay on cuDNN */
 
-static int g_kc_loaded, g_kc_written, g_kc_refused; /* kernel-cache file messages seen */
-
 static void log_cb(int32_t level, const char *msg, void *user) {
     (void)user;
     if (level <= DLT_LOG_WARNING) g_warnings++;
-    if (strstr(msg, "kernel cache loaded from")) g_kc_loaded++;
-    if (strstr(msg, "kernel cache written to")) g_kc_written++;
-    if (strstr(msg, "not used")) g_kc_refused++;
     printf("# [%s] %s\n", level == DLT_LOG_ERROR ? "error" : level == DLT_LOG_WARNING ? "warning" : "info",
            msg);
 }
@@ -500,46 +494,6 @@ static void run_all(int bn_nchw_cases) {
         }
 }
 
-/* The cuDNN kernel cache file (DLT_CUDNN_KERNEL_CACHE_FILE): written when a context that
- * compiled BatchNorm kernels is destroyed, loaded by the next context, refused (and
- * replaced) when corrupt; results stay right in every case. */
-static char g_kc_path[256];
-static int g_kc_gpu; /* the group got a CUDA context */
-static const int KC_CASES[3] = {0, 2, 7};
-
-static void kc_round(const char *label) {
-    for (int i = 0; i < 3; i++) {
-        char name[200];
-        g_bn = &BN_CASES[KC_CASES[i]];
-        g_dtype = DLT_F16;
-        g_fmt = DLT_FORMAT_CHANNELS_LAST;
-        snprintf(name, sizeof name, "kcache (%s): batchnorm f16 NHWC %s", label, g_bn->name);
-        th_run(bn_case_run, name);
-    }
-}
-
-static void test_kc_written(void) {
-    if (!g_kc_gpu) SKIP("%s", g_gpu_skip);
-    FILE *f = fopen(g_kc_path, "rb");
-    if (!f && !g_kc_written) SKIP("this cuDNN has no kernel-cache serialisation (< 9.10)");
-    REQUIRE(f != NULL, "%s missing although a write was logged", g_kc_path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fclose(f);
-    CHECK(n > 100, "%s: %ld bytes", g_kc_path, n);
-    printf("# kernel cache file: %ld bytes\n", n);
-}
-
-static void test_kc_loaded(void) {
-    if (!g_kc_gpu) SKIP("%s", g_gpu_skip);
-    CHECK(g_kc_loaded == 1, "%d load messages", g_kc_loaded);
-}
-
-static void test_kc_refused(void) {
-    if (!g_kc_gpu) SKIP("%s", g_gpu_skip);
-    CHECK(g_kc_refused == 1, "%d refusals", g_kc_refused);
-}
-
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -605,44 +559,6 @@ int main(void) {
         }
         gpu_end();
         printf("# group cudnn-running: %.1f s\n", now_s() - t0);
-    }
-
-    /* the kernel cache kept in a file between contexts */
-    t0 = now_s();
-    if (group_on("kcache") && dlt_built_with_cuda()) {
-        snprintf(g_kc_path, sizeof g_kc_path, "/tmp/dlt_kcache_%ld.json", (long)getpid());
-        remove(g_kc_path);
-        setenv("DLT_CUDNN_KERNEL_CACHE_FILE", g_kc_path, 1);
-        double t1 = now_s();
-        g_kc_written = 0;
-        gpu_begin("kcache", NULL, "cudnn", 0, 0);
-        g_kc_gpu = g_gpu != NULL;
-        kc_round("cold");
-        gpu_end();
-        double cold = now_s() - t1;
-        th_run(test_kc_written, "kcache: the file is written when the context ends");
-        t1 = now_s();
-        g_kc_loaded = 0;
-        gpu_begin("kcache", NULL, "cudnn", 0, 0);
-        kc_round("from the file");
-        gpu_end();
-        double warm = now_s() - t1;
-        th_run(test_kc_loaded, "kcache: the next context loads it");
-        printf("# kernel cache: 3 BN cases (forward + backward, 2 contexts each) %.2f s cold, %.2f s from the file\n",
-               cold, warm);
-        FILE *f = fopen(g_kc_path, "wb");
-        if (f) {
-            fputs("{\"not\": \"a kernel cache\"", f);
-            fclose(f);
-        }
-        g_kc_loaded = g_kc_refused = 0;
-        gpu_begin("kcache", NULL, "cudnn", 0, 0);
-        kc_round("corrupt file");
-        gpu_end();
-        th_run(test_kc_refused, "kcache: a corrupt file is refused with a warning, results unchanged");
-        unsetenv("DLT_CUDNN_KERNEL_CACHE_FILE");
-        remove(g_kc_path);
-        printf("# group kcache: %.1f s\n", now_s() - t0);
     }
 
     unsetenv("DLT_CONV_IMPL");
