@@ -609,7 +609,6 @@ dlt_status build_fwd(dlt_ctx *ctx, const BnSpec &s, const char *what, dlt_cudnn_
     }
     dlt_cudnn_plan_opts opts;
     memset(&opts, 0, sizeof opts);
-    opts.runtime_compiled = 1;
     return dlt__cudnn_build_plan(&b, ops, n_ops, s.uids, s.n, &opts, out);
 }
 
@@ -667,7 +666,6 @@ dlt_status build_bwd(dlt_ctx *ctx, const BnSpec &s, const char *what, dlt_cudnn_
     ops[n_ops++] = norm;
     dlt_cudnn_plan_opts opts;
     memset(&opts, 0, sizeof opts);
-    opts.runtime_compiled = 1;
     return dlt__cudnn_build_plan(&b, ops, n_ops, s.uids, s.n, &opts, out);
 }
 

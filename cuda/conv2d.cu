@@ -327,6 +327,7 @@ dlt_status build_plan(dlt_ctx *ctx, int dir, const dlt_tensor *x, const dlt_tens
     const int64_t uids[3] = {UID_X, UID_W, UID_Y};
     void *trial[3] = {dlt__data(x), dlt__data(w), dlt__data(y)};
     dlt_cudnn_plan_opts opts;
+    memset(&opts, 0, sizeof opts);
     opts.fp32_io = x->dtype == DLT_F32;
     opts.trial_ptrs = trial;
     opts.out_slot = dir == CONV_FWD ? 2 : dir == CONV_BWD_DATA ? 0 : 1;

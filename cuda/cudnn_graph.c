@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cudnn_graph.h"
 
@@ -34,6 +35,8 @@ struct dlt_cuda_plan_cache {
     cudaStream_t stream;
     size_t cap, count;
     cache_slot *slots;
+    int64_t built[2]; /* plans built: [0] convolutions, [1] BatchNorm */
+    double build_s[2];
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -68,6 +71,10 @@ static void cache_free(dlt_cuda_plan_cache *c) {
     /* plans may still run on the stream: let them finish before their descriptors go */
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     (void)cudaGetLastError();
+    if (c->built[0] + c->built[1] > 0)
+        dlt__log(DLT_LOG_INFO, "dlt: cuDNN plans built by this context: %lld convolution plans in %.2f s, "
+                 "%lld BatchNorm plans in %.2f s", (long long)c->built[0], c->build_s[0],
+                 (long long)c->built[1], c->build_s[1]);
     for (size_t i = 0; i < c->cap; i++)
         if (c->slots[i].plan) {
             dlt__cudnn_plan_release(c->slots[i].plan);
@@ -536,9 +543,9 @@ static void heuristics(dlt_cudnn_builder *b, cudnnBackendDescriptor_t graph, cud
     }
 }
 
-dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_t *ops,
-                                 int32_t n_ops, const int64_t *uids, int32_t n_uids,
-                                 const dlt_cudnn_plan_opts *opts, dlt_cudnn_plan *out) {
+static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_t *ops,
+                             int32_t n_ops, const int64_t *uids, int32_t n_uids,
+                             const dlt_cudnn_plan_opts *opts, dlt_cudnn_plan *out) {
     dlt_ctx *ctx = b->ctx;
     dlt_cuda_state *cs = dlt__cu(ctx);
     const dlt_cudnn_settings *set = NULL;
@@ -674,6 +681,28 @@ dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescrip
     dlt__log(DLT_LOG_INFO, "dlt: cuDNN plan for %s: engine %lld, workspace %lld bytes", b->what,
              (long long)out->engine, (long long)out->workspace);
     return DLT_OK;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Times each build: where a context's first step spends its time (logged when the context
+ * is destroyed, see cache_free). */
+dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_t *ops,
+                                 int32_t n_ops, const int64_t *uids, int32_t n_uids,
+                                 const dlt_cudnn_plan_opts *opts, dlt_cudnn_plan *out) {
+    const double t0 = now_s();
+    dlt_status st = build_plan(b, ops, n_ops, uids, n_uids, opts, out);
+    dlt_cuda_plan_cache *c = dlt__cu(b->ctx)->plans;
+    if (c) {
+        const int kind = strstr(b->func, "conv") ? 0 : 1;
+        c->built[kind]++;
+        c->build_s[kind] += now_s() - t0;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
  *
  *   bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] [--mode eager,graph]
  *         [--steps 20] [--blocks 5] [--warmup 5] [--classes 1000] [--device cuda|cpu]
- *         [--deterministic] [--json]
+ *         [--deterministic] [--log] [--json]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +93,12 @@ typedef struct result {
 } result;
 
 static int g_deterministic; /* --deterministic: dlt_ctx_set_deterministic on every context */
+
+/* --log: the library's messages (plan choices, plan-building time per context) on stderr */
+static void log_to_stderr(int32_t level, const char *msg, void *user) {
+    (void)user;
+    fprintf(stderr, "[%s] %s\n", level <= DLT_LOG_WARNING ? "warning" : "info", msg);
+}
 
 static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int steps, int blocks, int warmup,
                     result *r) {
@@ -197,7 +203,7 @@ static int parse_list(const char *s, int64_t *out) {
 static void usage(void) {
     fprintf(stderr, "usage: bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] "
                     "[--mode eager,graph] [--steps N] [--blocks N] [--warmup N] [--classes N] "
-                    "[--device cuda|cpu] [--deterministic] [--json]\n");
+                    "[--device cuda|cpu] [--deterministic] [--log] [--json]\n");
 }
 
 int main(int argc, char **argv) {
@@ -216,6 +222,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--deterministic")) {
             g_deterministic = 1;
+            continue;
+        }
+        if (!strcmp(a, "--log")) {
+            dlt_set_log_callback(log_to_stderr, NULL);
             continue;
         }
         if (!v) {

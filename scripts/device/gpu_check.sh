@@ -5,7 +5,7 @@
 #
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
 #   env:   STAGES="build test memcheck example fixtures interop" (default: those; also
-#          sanitize longrun detcost bench profile autotune parity kcache)
+#          sanitize longrun detcost startup bench profile autotune parity)
 #          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
 #          SANITIZE_TOOLS="racecheck initcheck"  LONGRUN_EPOCHS=10
 set -u
@@ -18,7 +18,7 @@ STAGES=${STAGES:-"build test memcheck example fixtures interop"}
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 export DLT_CIFAR10_DIR=$(pwd)/.device/cifar10
 # the CUDA test programs, split so compute-sanitizer runs them as parallel processes
-CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:kcache test_harden:cuda"
+CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running test_harden:cuda"
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 t0=$(date +%s)
@@ -130,23 +130,14 @@ if has detcost; then
   grep -E '^(#|\| 256)' "$OUT/detcost.txt" | sed 's/^/   /'
 fi
 
-if has kcache; then
-  # time to the first step with and without the cuDNN kernel cache, and with its file
+if has startup; then
+  # where the first step's time goes: plan building per op kind (logged at context end)
   t=$(date +%s)
-  kc=/tmp/dlt-kcache-$$.json; rm -f $kc
-  B="build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode graph --warmup 3 --blocks 3"
-  { echo "## DLT_CUDNN_KERNEL_CACHE=0"; DLT_CUDNN_KERNEL_CACHE=0 $B
-    echo "## kernel cache on, no file"; $B
-    echo "## kernel cache file, cold"; DLT_CUDNN_KERNEL_CACHE_FILE=$kc $B; ls -l $kc
-    echo "## kernel cache file, warm"; DLT_CUDNN_KERNEL_CACHE_FILE=$kc $B
-  } >"$OUT/kcache.txt" 2>&1
-  note "kernel cache ($(( $(date +%s) - t )) s):"
-  grep -E '^(##|\| 256|-)' "$OUT/kcache.txt" | sed 's/^/   /'
-  t=$(date +%s)
-  DLT_CUDNN_KERNEL_CACHE_FILE=$kc ./build-gpu/examples/resnet50_cifar10 --epochs 2 --log-every 0 >"$OUT/kcache-example.txt" 2>&1
-  note "resnet50_cifar10 2 epochs with the warm kernel cache file rc=$? ($(( $(date +%s) - t )) s)"
-  grep -E '^(epoch|first step)' "$OUT/kcache-example.txt" | sed 's/^/   /'
-  rm -f $kc
+  B="build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode graph --warmup 3 --blocks 3 --log"
+  { echo "## default"; $B; echo "## again in a new process"; $B
+    echo "## DLT_BN_IMPL=native"; DLT_BN_IMPL=native $B; } >"$OUT/startup.txt" 2>&1
+  note "startup ($(( $(date +%s) - t )) s):"
+  grep -E '^(##|\| 256)|plans built' "$OUT/startup.txt" | sed 's/^/   /'
 fi
 
 if has bench; then
