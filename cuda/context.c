@@ -84,6 +84,7 @@ int32_t dlt__cuda_device_count(void) {
 
 static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (!s) return;
+    if (s->bn_async && s->bn_async_free) s->bn_async_free(s->bn_async);
     if (s->plans && s->plans_free) s->plans_free(s->plans);
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
@@ -371,6 +372,7 @@ static const dlt_backend CUDA_BACKEND = {
     .memcpy_d2d = cuda_d2d,
     .memset0 = cuda_memset0,
     .synchronize = cuda_synchronize,
+    .wait_plans = dlt__cuda_bn_async_wait,
     .mem_stat = cuda_mem_stat,
     .mem_reset_peak = cuda_mem_reset_peak,
     .empty_cache = cuda_empty_cache,

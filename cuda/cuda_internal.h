@@ -46,6 +46,10 @@ typedef struct dlt_cuda_state {
      * them when the context is destroyed */
     dlt_cuda_gemm_cache *gemm;
     void (*gemm_free)(dlt_cuda_gemm_cache *);
+    /* BatchNorm plans built by background threads (batchnorm.cu); bn_async_free stops the
+     * threads, and runs first when the context is destroyed */
+    void *bn_async;
+    void (*bn_async_free)(void *);
 } dlt_cuda_state;
 
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }
@@ -77,6 +81,9 @@ dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, cons
  * graph capture (the pointer must stay fixed): callers size it in warm-up. */
 dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
 dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
+
+/* batchnorm.cu: blocks until no BatchNorm plan is being built in the background */
+void dlt__cuda_bn_async_wait(dlt_ctx *ctx);
 
 /* graph.c */
 dlt_status dlt__cuda_capture_begin(dlt_ctx *ctx);

@@ -20,6 +20,8 @@
 
 #include "cudnn_graph.h"
 
+static _Thread_local cudnnHandle_t tl_handle; /* set on background build threads */
+
 #define MAX_CONFIGS_PER_MODE 64
 #define MAX_AUTOTUNE_CANDIDATES 24
 #define AUTOTUNE_REPS 3
@@ -547,7 +549,7 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
                              int32_t n_ops, const int64_t *uids, int32_t n_uids,
                              const dlt_cudnn_plan_opts *opts, dlt_cudnn_plan *out) {
     dlt_ctx *ctx = b->ctx;
-    dlt_cuda_state *cs = dlt__cu(ctx);
+    cudnnHandle_t handle = tl_handle ? tl_handle : dlt__cu(ctx)->cudnn;
     const dlt_cudnn_settings *set = NULL;
     memset(out, 0, sizeof *out);
     out->engine = -1;
@@ -568,7 +570,7 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
     cudnnBackendDescriptor_t graph = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     DLT_CUDNN_SET(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops);
     /* optional since 9.8, still needed by 9.14's engines for some graphs */
-    DLT_CUDNN_SET(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cs->cudnn);
+    DLT_CUDNN_SET(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     DLT_CUDNN_FINALIZE(b, graph);
     if (b->status != CUDNN_STATUS_SUCCESS) {
         /* cuDNN refused the description itself: a negative entry with its message */
@@ -605,7 +607,7 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
         cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
         if (s == CUDNN_STATUS_SUCCESS)
             s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                         &cs->cudnn);
+                                         &handle);
         if (s == CUDNN_STATUS_SUCCESS)
             s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
@@ -678,9 +680,19 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
     out->plan = cands[chosen].plan;
     out->workspace = cands[chosen].workspace;
     out->engine = cands[chosen].engine;
-    dlt__log(DLT_LOG_INFO, "dlt: cuDNN plan for %s: engine %lld, workspace %lld bytes", b->what,
-             (long long)out->engine, (long long)out->workspace);
+    if (!tl_handle)
+        dlt__log(DLT_LOG_INFO, "dlt: cuDNN plan for %s: engine %lld, workspace %lld bytes", b->what,
+                 (long long)out->engine, (long long)out->workspace);
     return DLT_OK;
+}
+
+void dlt__cudnn_set_thread_handle(cudnnHandle_t h) { tl_handle = h; }
+
+void dlt__cudnn_note_builds(dlt_ctx *ctx, int kind, int64_t n, double seconds) {
+    dlt_cuda_plan_cache *c = dlt__cu(ctx)->plans;
+    if (!c || kind < 0 || kind > 1) return;
+    c->built[kind] += n;
+    c->build_s[kind] += seconds;
 }
 
 static double now_s(void) {
@@ -697,7 +709,7 @@ dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescrip
     const double t0 = now_s();
     dlt_status st = build_plan(b, ops, n_ops, uids, n_uids, opts, out);
     dlt_cuda_plan_cache *c = dlt__cu(b->ctx)->plans;
-    if (c) {
+    if (c && !tl_handle) {
         const int kind = strstr(b->func, "conv") ? 0 : 1;
         c->built[kind]++;
         c->build_s[kind] += now_s() - t0;

@@ -175,6 +175,14 @@ dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescrip
                                  int32_t n_ops, const int64_t *uids, int32_t n_uids,
                                  const dlt_cudnn_plan_opts *opts, dlt_cudnn_plan *out);
 
+/* Background plan building (batchnorm.cu): a worker thread builds with its own cuDNN
+ * handle (cuDNN handles must not be used by two threads at once). Set on the worker once;
+ * while set, builds on this thread use it, log nothing (the user's log callback runs on the
+ * thread that installs the plan) and are not counted here (the installer counts them). */
+void dlt__cudnn_set_thread_handle(cudnnHandle_t h);
+/* Adds background builds to the context's plan-building statistics. */
+void dlt__cudnn_note_builds(dlt_ctx *ctx, int kind, int64_t n, double seconds);
+
 /* Destroys a plan's descriptors (entries outside the cache, e.g. after a failed insert). */
 void dlt__cudnn_plan_release(dlt_cudnn_plan *p);
 

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -44,9 +45,12 @@ static const char *g_group = "";
 static int g_warnings;     /* fallback warnings logged since the case began */
 static int g_strict_group; /* the group where the ResNet path must stay on cuDNN */
 
+static int g_bg_installs; /* plans built in the background and installed */
+
 static void log_cb(int32_t level, const char *msg, void *user) {
     (void)user;
     if (level <= DLT_LOG_WARNING) g_warnings++;
+    if (strstr(msg, "(built in the background)")) g_bg_installs++;
     printf("# [%s] %s\n", level == DLT_LOG_ERROR ? "error" : level == DLT_LOG_WARNING ? "warning" : "info",
            msg);
 }
@@ -63,6 +67,9 @@ static void gpu_begin(const char *group, const char *conv_impl, const char *bn_i
     /* both ways of updating the running statistics are checked: cuDNN's (the default) in the
      * cudnn-running group, our kernel from cuDNN's saved statistics in the others */
     setenv("DLT_BN_CUDNN_RUNNING_STATS", cudnn_running ? "1" : "0", 1);
+    /* plans are built in the calling thread, so every case runs the implementation its group
+     * names from its first call; the async group turns background building back on */
+    setenv("DLT_BN_ASYNC_PLANS", "0", 1);
     g_gpu = th_cuda_ctx();
     if (!g_gpu) snprintf(g_gpu_skip, sizeof g_gpu_skip, "%s", th_skip_reason);
 }
@@ -494,6 +501,32 @@ static void run_all(int bn_nchw_cases) {
         }
 }
 
+/* Background plan building (the default outside these groups): the first calls of a BN
+ * graph run our kernels while worker threads build cuDNN's plan, later calls install and
+ * run it. Every run must match the CPU, and the plans must arrive. */
+static double now_s(void);
+static void async_case(int bn_index) {
+    GPU_OR_SKIP();
+    g_bn = &BN_CASES[bn_index];
+    g_dtype = DLT_F16;
+    g_fmt = DLT_FORMAT_CHANNELS_LAST;
+    const int before = g_bg_installs;
+    const double t0 = now_s();
+    int runs = 0, after = 0;
+    while (now_s() - t0 < 120 && after < 2) {
+        bn_case_run();
+        runs++;
+        if (th_case_failed) return;
+        if (g_bg_installs - before >= 2) after++; /* forward and backward installed: run on them */
+        else usleep(20000);
+    }
+    CHECK(g_bg_installs - before >= 2, "%d plans arrived in %.1f s", g_bg_installs - before, now_s() - t0);
+    printf("# %s: %d runs, plans installed after %.2f s\n", g_bn->name, runs, now_s() - t0);
+}
+static void test_async_64ch(void) { async_case(7); }
+static void test_async_8x8(void) { async_case(0); }
+static void test_async_1x1(void) { async_case(4); }
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -561,6 +594,19 @@ int main(void) {
         printf("# group cudnn-running: %.1f s\n", now_s() - t0);
     }
 
+    /* BN plans built in the background */
+    t0 = now_s();
+    if (group_on("async")) {
+        gpu_begin("async", NULL, NULL, 0, 0);
+        setenv("DLT_BN_ASYNC_PLANS", "1", 1);
+        th_run(test_async_64ch, "async: BN f16 NHWC 64ch residual relu, our kernels until cuDNN's plans arrive");
+        th_run(test_async_8x8, "async: BN f16 NHWC 8x8, our kernels until cuDNN's plans arrive");
+        th_run(test_async_1x1, "async: BN f16 NHWC 1x1 map relu, our kernels until cuDNN's plans arrive");
+        gpu_end();
+        printf("# group async: %.1f s\n", now_s() - t0);
+    }
+
+    unsetenv("DLT_BN_ASYNC_PLANS");
     unsetenv("DLT_CONV_IMPL");
     unsetenv("DLT_BN_IMPL");
     unsetenv("DLT_CUDNN_AUTOTUNE");

@@ -163,6 +163,14 @@ DLT_API dlt_status dlt_ctx_device_name(const dlt_ctx *ctx, char *buf, size_t n);
 DLT_API dlt_status dlt_ctx_synchronize(dlt_ctx *ctx);
 /** DLT_OK, or the status that poisoned the context (its message is set again). */
 DLT_API dlt_status dlt_ctx_check(dlt_ctx *ctx);
+/** Blocks until no execution plan is being built in the background for the context. On
+ *  CUDA, cuDNN compiles BatchNorm kernels at run time (seconds for a whole ResNet50); the
+ *  first calls of a new BatchNorm shape run libdltrain's own kernels while worker threads
+ *  build cuDNN's plan, and later calls switch to it (docs/performance.md, "Start-up").
+ *  Benchmarks call this after warm-up so the timed steps run the plans they will keep.
+ *  Builds stay in the calling thread in deterministic mode and while dlt_graph_create
+ *  prepares or captures a step. A no-op on the CPU. */
+DLT_API dlt_status dlt_ctx_wait_plans(dlt_ctx *ctx);
 
 /** Sets the seed of the context's counter-based (Philox) generator and resets its offset.
  *  The same seed gives the same random tensors on the CPU and on CUDA. */

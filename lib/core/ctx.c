@@ -99,6 +99,13 @@ dlt_status dlt_ctx_synchronize(dlt_ctx *ctx) {
     return ctx->be->synchronize(ctx);
 }
 
+dlt_status dlt_ctx_wait_plans(dlt_ctx *ctx) {
+    DLT_NULL_CHECK(ctx, "dlt_ctx_wait_plans");
+    DLT_CHECK(dlt__ctx_ok(ctx, "dlt_ctx_wait_plans"));
+    if (ctx->be->wait_plans) ctx->be->wait_plans(ctx);
+    return DLT_OK;
+}
+
 dlt_status dlt_ctx_check(dlt_ctx *ctx) {
     DLT_NULL_CHECK(ctx, "dlt_ctx_check");
     return dlt__ctx_ok(ctx, "dlt_ctx_check");

@@ -31,13 +31,18 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
     g->ctx = ctx;
     g->step = step;
     g->user = user;
+    /* warm-up builds every plan the step needs now, in the thread (no background builds:
+     * the capture must find cuDNN's plans and the workspace sized for them) */
+    ctx->graph_warmup = 1;
     for (int32_t i = 0; i < warmup; i++) {
         dlt_status st = step(user);
         if (st != DLT_OK) {
+            ctx->graph_warmup = 0;
             free(g);
             return dlt__err_wrap(st, F);
         }
     }
+    ctx->graph_warmup = 0;
     if (!ctx->be->capture_begin) {
         dlt__log(DLT_LOG_WARNING, "%s: the %s backend has no graphs; the step runs eagerly", F, ctx->be->name);
         *out = g;

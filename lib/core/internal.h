@@ -86,6 +86,7 @@ struct dlt_ctx {
     int32_t autocast_depth;
     int32_t deterministic, allow_tf32;
     int32_t capturing; /* inside CUDA graph capture: no host syncs allowed */
+    int32_t graph_warmup; /* in dlt_graph_create's warm-up steps: prepare all the capture will use */
 
     dlt_status poisoned; /* != DLT_OK after an asynchronous fault */
     char poison_msg[512];
@@ -348,6 +349,7 @@ struct dlt_backend {
     dlt_status (*memcpy_d2d)(dlt_ctx *ctx, void *dst, const void *src, size_t n);
     dlt_status (*memset0)(dlt_ctx *ctx, void *dst, size_t n);
     dlt_status (*synchronize)(dlt_ctx *ctx);
+    void (*wait_plans)(dlt_ctx *ctx); /* NULL: nothing is built in the background */
     dlt_status (*mem_stat)(dlt_ctx *ctx, int32_t which, uint64_t *out);
     dlt_status (*mem_reset_peak)(dlt_ctx *ctx);
     dlt_status (*empty_cache)(dlt_ctx *ctx);

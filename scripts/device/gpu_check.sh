@@ -18,7 +18,7 @@ STAGES=${STAGES:-"build test memcheck example fixtures interop"}
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 export DLT_CIFAR10_DIR=$(pwd)/.device/cifar10
 # the CUDA test programs, split so compute-sanitizer runs them as parallel processes
-CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running test_harden:cuda"
+CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:async test_harden:cuda"
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 t0=$(date +%s)
@@ -131,13 +131,20 @@ if has detcost; then
 fi
 
 if has startup; then
-  # where the first step's time goes: plan building per op kind (logged at context end)
+  # time to the first step: BatchNorm plans built in the background (the default) or in the
+  # calling thread, with the driver's JIT cache off (a fresh machine) and as it is; then the
+  # example's first two epochs (the short last batch of epoch 0 is a new BN shape)
   t=$(date +%s)
-  B="build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode graph --warmup 3 --blocks 3 --log"
-  { echo "## default"; $B; echo "## again in a new process"; $B
-    echo "## DLT_BN_IMPL=native"; DLT_BN_IMPL=native $B; } >"$OUT/startup.txt" 2>&1
+  B="build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode eager,graph --warmup 3 --blocks 3 --log"
+  { echo "## in the calling thread (DLT_BN_ASYNC_PLANS=0), CUDA_CACHE_DISABLE=1"; DLT_BN_ASYNC_PLANS=0 CUDA_CACHE_DISABLE=1 $B
+    echo "## background (default), CUDA_CACHE_DISABLE=1"; CUDA_CACHE_DISABLE=1 $B
+    echo "## background (default), JIT cache as it is"; $B; } >"$OUT/startup.txt" 2>&1
   note "startup ($(( $(date +%s) - t )) s):"
   grep -E '^(##|\| 256)|plans built' "$OUT/startup.txt" | sed 's/^/   /'
+  t=$(date +%s)
+  ./build-gpu/examples/resnet50_cifar10 --epochs 2 --log-every 0 >"$OUT/startup-example.txt" 2>&1
+  note "resnet50_cifar10 2 epochs synthetic rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E '^(epoch|first step)' "$OUT/startup-example.txt" | sed 's/^/   /'
 fi
 
 if has bench; then

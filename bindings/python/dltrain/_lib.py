@@ -63,6 +63,7 @@ _SIGNATURES = {
     "dlt_ctx_device_index": (I32, [PTR]),
     "dlt_ctx_device_name": (STATUS, [PTR, STR, SIZE]),
     "dlt_ctx_synchronize": (STATUS, [PTR]),
+    "dlt_ctx_wait_plans": (STATUS, [PTR]),
     "dlt_ctx_check": (STATUS, [PTR]),
     "dlt_ctx_set_seed": (STATUS, [PTR, U64]),
     "dlt_ctx_get_seed": (STATUS, [PTR, P(U64), P(U64)]),

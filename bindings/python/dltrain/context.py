@@ -169,6 +169,10 @@ class Context(Handle):
         """Waits for the context's queued work; raises the fault that poisoned it, if any."""
         check(lib.dlt_ctx_synchronize(self.handle))
 
+    def wait_plans(self):
+        """Waits until no cuDNN plan is being built in the background (see dlt_ctx_wait_plans)."""
+        check(lib.dlt_ctx_wait_plans(self.handle))
+
     def check(self):
         """Raises the status that poisoned the context, if any."""
         check(lib.dlt_ctx_check(self.handle))
