@@ -118,7 +118,7 @@ if has longrun; then
   grep -E '^(epoch|memory after)' "$OUT/longrun.txt" | sed 's/^/   /'
   awk -F', ' '{gsub(/ MiB/,"",$2); v[NR]=$2+0} END {n=NR; if (n<3) exit; min=v[int(n/4)+1]; max=min;
     for (i=int(n/4)+1;i<n;i++){if(v[i]<min)min=v[i]; if(v[i]>max)max=v[i]}
-    printf "   nvidia-smi memory.used over the last 3/4 of the run (%d samples): min %d MiB, max %d MiB\n", n-int(n/4), min, max}' \
+    printf "   nvidia-smi memory.used over the last 3/4 of the run (%d samples): min %d MiB, max %d MiB\n", n-1-int(n/4), min, max}' \
     "$OUT/longrun-smi.csv" | tee -a "$OUT/longrun.txt"
 fi
 
