@@ -145,11 +145,11 @@ def torch_run(dev, fmt, classes, state, X, Y, batch, mode, steps, init_scale=655
               dump_step=1):
     """Returns the same record as ours_train.py's result.json, with grads/state as dicts of
     numpy arrays (after step dump_step)."""
-    fp16 = mode == "fp16"
+    fp16, fp64 = mode == "fp16", mode == "fp64"
     dev_type = torch.device(dev).type
     model = torchvision.models.resnet50(num_classes=classes)
     model.load_state_dict(state, strict=True)
-    model = model.to(dev)
+    model = model.to(dev, dtype=torch.float64) if fp64 else model.to(dev)
     if fmt == "channels_last":
         model = model.to(memory_format=torch.channels_last)
     model.train()
@@ -163,6 +163,8 @@ def torch_run(dev, fmt, classes, state, X, Y, batch, mode, steps, init_scale=655
 
     for k in range(steps):
         x = X[k * batch:(k + 1) * batch].to(dev)
+        if fp64:
+            x = x.double()
         if fmt == "channels_last":
             x = x.contiguous(memory_format=torch.channels_last)
         y = Y[k * batch:(k + 1) * batch].to(dev)
@@ -287,6 +289,29 @@ def step1_rows(label, mode, ref, ours, twins=(), judge="both"):
                  "%.2e %s, counts %s%s" % (w, wn, "equal" if same_counts else "DIFFER",
                                           (", missing " + missing[0]) if missing else ""),
                  "<= %.0e, equal" % tol["tensor"], "ok" if ok else "FAIL"))
+    return rows
+
+
+def truth_rows(results, truth, other_name):
+    """Step 1 against a float64 run of the same step (NCHW, TF32 off): how far ours and each
+    PyTorch run are from the exact answer. Informational (never FAIL): it shows whether a
+    gap between ours and PyTorch is ours being less accurate or both being equally far from
+    the truth in different directions."""
+    rows, names = [], list(truth["grads"])
+    def summary(rec):
+        w, _ = worst_rel(rec["grads"], truth["grads"], names)
+        return w, median_rel(rec["grads"], truth["grads"], names)
+    for mode, key in (("fp32", "fp32"), ("fp16", "fp16_grad")):
+        if key not in results:
+            continue
+        r = results[key]
+        ref = r["reruns"][0] if "reruns" in r else r["ref"]
+        runs = [("ours", r["ours"]), ("torch", ref)] + [(n, rec) for n, rec in r["twins"] if n != "torch rerun"]
+        le = ", ".join("%s %.1e" % (n, abs(rec["loss"][0] - truth["loss"][0]) / abs(truth["loss"][0]))
+                       for n, rec in runs)
+        rows.append(("%s vs float64: step-1 loss, relative error" % mode, le, "(information)", "info"))
+        ge = ", ".join("%s %.1e/%.1e" % ((n,) + summary(rec)) for n, rec in runs)
+        rows.append(("%s vs float64: gradients worst/median" % mode, ge, "(information)", "info"))
     return rows
 
 
@@ -476,6 +501,9 @@ def main():
                     help="which step-1 gradient/weight rows decide the exit status: the issue's "
                          "fixed limits, the multiple of PyTorch's own spread, or both (default)")
     ap.add_argument("--keep", action="store_true", help="keep the exchanged files")
+    ap.add_argument("--truth", type=int, default=1,
+                    help="1 (default): also measure ours and PyTorch's step 1 against a float64 "
+                         "PyTorch run (informational rows)")
     args = ap.parse_args()
     if torch is None:
         raise SystemExit("torch_train_parity: needs torch, torchvision (and safetensors); our "
@@ -539,6 +567,9 @@ def main():
             "ours": ours_run(args, files, workdir, "fp16_scale", "fp16", args.steps, 65536.0, 0)}
     more_rows, lines, notes = compare(results, args.grad_init_scale, args.judge)
     rows += more_rows
+    if args.truth:
+        rows += truth_rows(results, torch_run(mode="fp64", steps=1, **dict(run, fmt="contiguous")),
+                           other_name)
     print()
     print("\n".join(lines))
     print_table(rows)
