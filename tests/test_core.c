@@ -40,6 +40,7 @@ static void test_ctx_cpu(void) {
     CHECK_OK(dlt_ctx_device_name(ctx, name, sizeof name));
     CHECK(strcmp(name, "cpu") == 0, "%s", name);
     CHECK_OK(dlt_ctx_synchronize(ctx));
+    CHECK_OK(dlt_ctx_wait_plans(ctx)); /* nothing is built in the background on the CPU */
     CHECK_OK(dlt_ctx_check(ctx));
     CHECK_OK(dlt_ctx_set_seed(ctx, 1234));
     uint64_t seed = 0, off = 99;
@@ -60,6 +61,7 @@ static void test_ctx_errors(void) {
           "message names the function: %s", dlt_last_error());
     CHECK(dlt_last_error_code() == DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_ctx_synchronize(NULL), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_ctx_wait_plans(NULL), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_ctx_set_seed(NULL, 1), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_memory_stat(NULL, 0, NULL), DLT_ERR_NULL_POINTER);
     CHECK(dlt_ctx_device_type(NULL) == -1);
