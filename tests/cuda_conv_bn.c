@@ -533,24 +533,13 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* DLT_TEST_GROUPS=native,autotune runs only those groups (each in a fresh context); unset:
- * all. Lets compute-sanitizer check the groups in separate processes. */
-static int group_on(const char *name) {
-    const char *g = getenv("DLT_TEST_GROUPS");
-    if (!g || !*g) return 1;
-    size_t n = strlen(name);
-    for (const char *p = g; (p = strstr(p, name)) != NULL; p += n)
-        if ((p == g || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) return 1;
-    return 0;
-}
-
 int main(void) {
     g_cpu = th_cpu_ctx();
     dlt_set_log_callback(log_cb, NULL);
 
     double t0 = now_s();
     /* cuDNN where a plan finalizes (the default) */
-    if (group_on("cudnn")) {
+    if (th_group_on("cudnn")) {
         gpu_begin("cudnn", NULL, NULL, 0, 0);
         g_strict_group = 1;
         run_all(3);
@@ -562,7 +551,7 @@ int main(void) {
 
     /* the safety-net kernels */
     t0 = now_s();
-    if (group_on("native")) {
+    if (th_group_on("native")) {
         gpu_begin("native", "native", "native", 0, 0);
         run_all(N_BN_CASES);
         th_run(test_deterministic, "native: deterministic mode, conv + bn, two runs bitwise equal");
@@ -572,7 +561,7 @@ int main(void) {
 
     /* autotuned plans (a few shapes) */
     t0 = now_s();
-    if (group_on("autotune")) {
+    if (th_group_on("autotune")) {
         gpu_begin("autotune", NULL, NULL, 1, 0);
         for (int i = 0; i < 4; i++) {
             run_conv(DLT_F16, DLT_FORMAT_CHANNELS_LAST, i);
@@ -584,7 +573,7 @@ int main(void) {
 
     /* cuDNN updating the running statistics itself: is its running variance unbiased? */
     t0 = now_s();
-    if (group_on("cudnn-running")) {
+    if (th_group_on("cudnn-running")) {
         gpu_begin("cudnn-running", NULL, "cudnn", 0, 1);
         for (int d = 0; d < 3; d++) {
             run_bn(DTYPES[d], DLT_FORMAT_CHANNELS_LAST, 0);
@@ -596,7 +585,7 @@ int main(void) {
 
     /* BN plans built in the background */
     t0 = now_s();
-    if (group_on("async")) {
+    if (th_group_on("async")) {
         gpu_begin("async", NULL, NULL, 0, 0);
         setenv("DLT_BN_ASYNC_PLANS", "1", 1);
         th_run(test_async_64ch, "async: BN f16 NHWC 64ch residual relu, our kernels until cuDNN's plans arrive");

@@ -29,16 +29,6 @@ static dlt_tensor *param_from(dlt_ctx *ctx, const int64_t *shape, int32_t nd, in
     return t;
 }
 
-static void set_grad(dlt_tensor *p, const float *vals) {
-    int64_t shape[8];
-    int32_t nd = dlt_tensor_shape(p, shape, 8);
-    dlt_tensor *g = NULL;
-    CHECK_OK(dlt_tensor_empty(dlt_tensor_ctx(p), DLT_F32, shape, nd, dlt_tensor_format(p), &g));
-    CHECK_OK(dlt_tensor_copy_from_host(g, vals, dlt_tensor_nbytes(p)));
-    CHECK_OK(dlt_zero_grad(&p, 1, 1));
-    CHECK_OK(dlt_backward(p, g));
-    dlt_tensor_release(g);
-}
 
 /* bitwise comparison of two tensors' memory (any contexts) */
 static int same_tensor(const dlt_tensor *a, const dlt_tensor *b, const char *what, int idx) {
@@ -92,8 +82,8 @@ static void run_combo(dlt_ctx *cu, dlt_ctx *cpu, double mom, double damp, double
         for (int i = 0; i < NP; i++) {
             if (!first_grad[i] || step < first_grad[i]) continue;
             for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand() * 2.0f;
-            set_grad(pc[i], buf);
-            set_grad(pg[i], buf);
+            th_set_grad(pc[i], buf);
+            th_set_grad(pg[i], buf);
         }
         CHECK_OK(dlt_optimizer_step(oc));
         CHECK_OK(dlt_optimizer_step(og));
@@ -159,8 +149,8 @@ static void test_multi_tensor_many_params(void) {
                 continue;
             }
             for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand();
-            set_grad(pc[i], buf);
-            set_grad(pg[i], buf);
+            th_set_grad(pc[i], buf);
+            th_set_grad(pg[i], buf);
         }
         CHECK_OK(dlt_optimizer_step(oc));
         CHECK_OK(dlt_optimizer_step(og));
@@ -208,7 +198,7 @@ static void test_lp_copy_refresh(void) {
     dlt_optimizer *opt = NULL;
     CHECK_OK(dlt_sgd_create(&w, 1, 0.37, 0.5, 0, 0, 0, 0, &opt));
     for (int s = 0; s < 2; s++) {
-        set_grad(w, g);
+        th_set_grad(w, g);
         CHECK_OK(dlt_optimizer_step(opt));
     }
     for (int k = 0; k < 2; k++) {
@@ -264,8 +254,8 @@ static void test_scaler_vs_cpu(void) {
         if (it == 2) g0[4999] = INFINITY;
         if (it == 5) g1[0] = NAN;
         for (int c = 0; c < 2; c++) {
-            set_grad(p[c][0], g0);
-            set_grad(p[c][1], g1);
+            th_set_grad(p[c][0], g0);
+            th_set_grad(p[c][1], g1);
             if (it % 3 == 1) CHECK_OK(dlt_grad_scaler_unscale(sc[c], o[c]));
             CHECK_OK(dlt_grad_scaler_step(sc[c], o[c]));
             CHECK_OK(dlt_grad_scaler_update(sc[c]));
@@ -312,7 +302,7 @@ static void test_schedules_vs_cpu(void) {
     const int64_t ms[4] = {3, 8, 9, 20};
     for (int c = 0; c < 2; c++) {
         p[c] = param_from(ctxs[c], s, 1, 0, v);
-        set_grad(p[c], g);
+        th_set_grad(p[c], g);
         CHECK_OK(dlt_sgd_create(&p[c], 1, 0.3, 0, 0, 0, 0, 0, &o[c]));
     }
     int exact = 0, total = 0;

@@ -162,6 +162,55 @@ static TH_UNUSED dlt_tensor *th_tensor_f32(dlt_ctx *ctx, const float *vals, cons
     return t;
 }
 
+/* A tensor holding v (logical order, rounded to f32) in dtype and format; NULL (the
+ * library's message set) when a conversion fails. */
+static TH_UNUSED dlt_tensor *th_tensor_from_f64(dlt_ctx *ctx, const double *v, const int64_t *shape,
+                                                int32_t ndim, int32_t dtype, int32_t fmt) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < ndim; i++) n *= shape[i];
+    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+    dlt_tensor *t = th_tensor_f32(ctx, f, shape, ndim), *u = NULL;
+    free(f);
+    if (dtype != DLT_F32) {
+        dlt_status st = dlt_tensor_cast(t, dtype, &u);
+        dlt_tensor_release(t);
+        if (st != DLT_OK) return NULL;
+        t = u;
+    }
+    if (fmt != DLT_FORMAT_CONTIGUOUS) {
+        dlt_status st = dlt_tensor_to_format(t, fmt, &u);
+        dlt_tensor_release(t);
+        if (st != DLT_OK) return NULL;
+        t = u;
+    }
+    return t;
+}
+
+/* Makes p's gradient exactly vals (memory order): zero-grad to none, then a backward seeded
+ * on the leaf itself overwrites the gradient buffer. */
+static TH_UNUSED void th_set_grad(dlt_tensor *p, const float *vals) {
+    int64_t shape[8];
+    int32_t nd = dlt_tensor_shape(p, shape, 8);
+    dlt_tensor *g = NULL;
+    CHECK_OK(dlt_tensor_empty(dlt_tensor_ctx(p), DLT_F32, shape, nd, dlt_tensor_format(p), &g));
+    CHECK_OK(dlt_tensor_copy_from_host(g, vals, dlt_tensor_nbytes(p)));
+    CHECK_OK(dlt_zero_grad(&p, 1, 1));
+    CHECK_OK(dlt_backward(p, g));
+    dlt_tensor_release(g);
+}
+
+/* DLT_TEST_GROUPS=a,b runs only the named groups of a program (compute-sanitizer then
+ * checks them as separate processes); unset or empty: all. */
+static TH_UNUSED int th_group_on(const char *name) {
+    const char *g = getenv("DLT_TEST_GROUPS");
+    if (!g || !*g) return 1;
+    size_t n = strlen(name);
+    for (const char *p = g; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == g || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) return 1;
+    return 0;
+}
+
 /* Reads any tensor as f32 values in logical (NCHW) order; the caller frees. */
 static TH_UNUSED float *th_read_f32(const dlt_tensor *t) {
     dlt_tensor *a = NULL, *b = NULL;

@@ -498,22 +498,7 @@ static const grad_row GRAD_ROWS[] = {
  * ==================================================================================== */
 
 static dlt_tensor *mk(const double *v, const int64_t *shape, int nd, int32_t dtype, int32_t fmt) {
-    int64_t n = prod(shape, nd);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
-    dlt_tensor *t = th_tensor_f32(g_ctx, f, shape, nd), *u = NULL;
-    free(f);
-    if (dtype != DLT_F32) {
-        if (dlt_tensor_cast(t, dtype, &u) != DLT_OK) return NULL;
-        dlt_tensor_release(t);
-        t = u;
-    }
-    if (fmt != DLT_FORMAT_CONTIGUOUS) {
-        if (dlt_tensor_to_format(t, fmt, &u) != DLT_OK) return NULL;
-        dlt_tensor_release(t);
-        t = u;
-    }
-    return t;
+    return th_tensor_from_f64(g_ctx, v, shape, nd, dtype, fmt);
 }
 
 static double loss_of(const grad_row *r, const gcase *c, const double *u, double *y, int64_t ny) {

@@ -1355,20 +1355,13 @@ static void test_context_mismatch(void) {
     printf("# %d context-mismatch cases; %d misuse cases in all\n", g_misuse_cases - n0, g_misuse_cases);
 }
 
-/* DLT_TEST_GROUPS=cpu or cuda runs only those cases (compute-sanitizer takes the CUDA ones
- * alone); unset: all. */
-static int group_on(const char *name) {
-    const char *g = getenv("DLT_TEST_GROUPS");
-    return !g || !*g || strstr(g, name) != NULL;
-}
-
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dlt_harden_XXXXXX");
     if (!mkdtemp(g_dir)) {
         printf("# cannot create a temporary directory\n");
         return 1;
     }
-    if (group_on("cpu")) {
+    if (th_group_on("cpu")) {
         RUN(test_inject_first_step);
         RUN(test_inject_later_step);
         RUN(test_inject_ops);
@@ -1379,7 +1372,7 @@ int main(void) {
         RUN(test_size_overflow);
         RUN(test_context_mismatch);
     }
-    if (group_on("cuda")) {
+    if (th_group_on("cuda")) {
         RUN(test_cuda_inject_first_step);
         RUN(test_cuda_inject_later_step);
         RUN(test_cuda_resume);

@@ -95,19 +95,10 @@ static void poison_heap(int64_t numel, int32_t dtype) {
 static dlt_tensor *mk(const double *v, const int64_t *shape, int nd, int32_t dtype, int32_t fmt,
                       double **actual) {
     int64_t n = prod(shape, nd);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
-    dlt_tensor *t = th_tensor_f32(g_ctx, f, shape, nd), *u = NULL;
-    free(f);
-    if (dtype != DLT_F32) {
-        if (dlt_tensor_cast(t, dtype, &u) != DLT_OK) goto fail;
-        dlt_tensor_release(t);
-        t = u;
-    }
-    if (fmt != DLT_FORMAT_CONTIGUOUS) {
-        if (dlt_tensor_to_format(t, fmt, &u) != DLT_OK) goto fail;
-        dlt_tensor_release(t);
-        t = u;
+    dlt_tensor *t = th_tensor_from_f64(g_ctx, v, shape, nd, dtype, fmt);
+    if (!t) {
+        printf("# mk: %s\n", dlt_last_error());
+        exit(1);
     }
     if (actual) {
         float *r = th_read_f32(t);
@@ -116,9 +107,6 @@ static dlt_tensor *mk(const double *v, const int64_t *shape, int nd, int32_t dty
         free(r);
     }
     return t;
-fail:
-    printf("# mk: %s\n", dlt_last_error());
-    exit(1);
 }
 
 static dlt_tensor *mk_targets(const int64_t *v, int64_t n, int32_t dtype) {

@@ -35,18 +35,6 @@ static dlt_tensor *make_param(const int64_t *shape, int32_t ndim, int32_t format
     return t;
 }
 
-/* Makes p's gradient exactly vals (memory order): zero-grad to none, then a backward seeded
- * on the leaf itself overwrites the gradient buffer. */
-static void set_grad(dlt_tensor *p, const float *vals) {
-    int64_t shape[8];
-    int32_t nd = dlt_tensor_shape(p, shape, 8);
-    dlt_tensor *g = NULL;
-    CHECK_OK(dlt_tensor_empty(dlt_tensor_ctx(p), DLT_F32, shape, nd, dlt_tensor_format(p), &g));
-    CHECK_OK(dlt_tensor_copy_from_host(g, vals, dlt_tensor_nbytes(p)));
-    CHECK_OK(dlt_zero_grad(&p, 1, 1));
-    CHECK_OK(dlt_backward(p, g));
-    dlt_tensor_release(g);
-}
 
 static void read_host(const dlt_tensor *t, float *out) {
     CHECK_OK(dlt_tensor_copy_to_host(t, out, dlt_tensor_nbytes(t)));
@@ -161,7 +149,7 @@ static void test_sgd_combo(void) {
         for (int i = 0; i < 4; i++) {
             if (!first_grad[i] || step < first_grad[i]) continue;
             for (int64_t e = 0; e < ref[i].n; e++) grads[i][e] = frand();
-            set_grad(params[i], grads[i]);
+            th_set_grad(params[i], grads[i]);
         }
         CHECK_OK(dlt_optimizer_step(opt));
         for (int i = 0; i < 4; i++) {
@@ -232,14 +220,14 @@ static void test_zero_grad_and_skip(void) {
     read_host(p, got);
     CHECK(memcmp(got, v, sizeof v) == 0);
     CHECK(dlt_optimizer_momentum_buffer(opt, 0) == NULL);
-    set_grad(p, g);
+    th_set_grad(p, g);
     CHECK_OK(dlt_optimizer_zero_grad(opt, 1));
     CHECK(dlt_tensor_grad(p) == NULL);
     CHECK_OK(dlt_optimizer_step(opt));
     read_host(p, got);
     CHECK(memcmp(got, v, sizeof v) == 0, "a parameter whose gradient is none must not move");
     CHECK(dlt_optimizer_momentum_buffer(opt, 0) == NULL);
-    set_grad(p, g);
+    th_set_grad(p, g);
     CHECK_OK(dlt_optimizer_zero_grad(opt, 0));
     REQUIRE(dlt_tensor_grad(p) != NULL);
     CHECK_OK(dlt_optimizer_step(opt));
@@ -284,7 +272,7 @@ static void test_lp_copy_refresh(void) {
     dlt_optimizer *opt = NULL;
     CHECK_OK(dlt_sgd_create(&p, 1, 0.3, 0.0, 0, 0, 0, 0, &opt));
     for (int step = 0; step < 2; step++) {
-        set_grad(p, g);
+        th_set_grad(p, g);
         CHECK_OK(dlt_optimizer_step(opt));
     }
     /* the copies must now equal a fresh cast of the new master: run linear again with an
@@ -432,7 +420,7 @@ static dlt_optimizer *sched_opt(dlt_tensor **p) {
     const int64_t s[1] = {2};
     const float v[2] = {1, 2}, g[2] = {0.5f, -0.5f};
     *p = make_param(s, 1, DLT_FORMAT_CONTIGUOUS, v);
-    set_grad(*p, g);
+    th_set_grad(*p, g);
     dlt_optimizer *opt = NULL;
     CHECK_OK(dlt_sgd_create(p, 1, base_lr, 0.9, 0, 0, 0, 0, &opt));
     return opt;
@@ -540,7 +528,7 @@ static void test_schedule_skipped_steps(void) {
     int64_t expect_t = 0;
     const int pattern[8] = {1, 0, 0, 1, 0, 1, 1, 0}; /* 1 = clean step */
     for (int i = 0; i < 8; i++) {
-        set_grad(p, pattern[i] ? good : bad);
+        th_set_grad(p, pattern[i] ? good : bad);
         float before[2], after[2];
         read_host(p, before);
         CHECK_OK(dlt_grad_scaler_step(sc, opt));
