@@ -504,7 +504,12 @@ static void run_all(int bn_nchw_cases) {
 /* Background plan building (the default outside these groups): the first calls of a BN
  * graph run our kernels while worker threads build cuDNN's plan, later calls install and
  * run it. Every run must match the CPU, and the plans must arrive. */
-static double now_s(void);
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void async_case(int bn_index) {
     GPU_OR_SKIP();
     g_bn = &BN_CASES[bn_index];
@@ -526,12 +531,6 @@ static void async_case(int bn_index) {
 static void test_async_64ch(void) { async_case(7); }
 static void test_async_8x8(void) { async_case(0); }
 static void test_async_1x1(void) { async_case(4); }
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int main(void) {
     g_cpu = th_cpu_ctx();

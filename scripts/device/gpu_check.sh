@@ -66,21 +66,36 @@ PY
   note "tests: $(tail -1 "$OUT/counts.txt") ($(( $(date +%s) - t )) s)"
 fi
 
-if has memcheck; then
-  t=$(date +%s)
-  # in parallel: the GPU has room for all of them, and memcheck is CPU-bound
-  for spec in ${MEMCHECK_TESTS:-$CUDA_TEST_SPECS}; do
+# compute-sanitizer: sanitize_run TOOL LIMIT_S "SPECS" [tool options] starts one process per
+# spec (prog[:DLT_TEST_GROUPS]) in the background, each with its own log; after `wait`,
+# sanitize_notes TOOL adds a summary line per log.
+sanitize_run() {
+  local tool=$1 limit=$2 specs=$3 spec tname group log
+  shift 3
+  for spec in $specs; do
     tname=${spec%%:*}; group=""; [ "$spec" != "$tname" ] && group=${spec#*:}
     [ -x build-gpu/tests/$tname ] || continue
-    log="$OUT/memcheck-$tname${group:+-$group}.log"
-    ( DLT_TEST_GROUPS=$group DLT_SOURCE_ROOT=$(pwd) timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck \
-        --leak-check full --report-api-errors no --error-exitcode 99 build-gpu/tests/$tname >"$log" 2>&1
+    log="$OUT/$tool-$tname${group:+-$group}.log"
+    ( DLT_TEST_GROUPS=$group DLT_SOURCE_ROOT=$(pwd) timeout "$limit" compute-sanitizer --tool "$tool" \
+        "$@" --error-exitcode 99 build-gpu/tests/$tname >"$log" 2>&1
       echo "rc=$?" >>"$log" ) &
   done
-  wait
-  for f in "$OUT"/memcheck-*.log; do
-    note "$(basename "$f" .log): $(tail -1 "$f"), $(grep -E 'ERROR SUMMARY' "$f" | tail -1 | sed 's/=* *//'), $(grep -cE '^(ok|not ok)' "$f") cases, $(grep -c '^not ok' "$f") failed"
+}
+sanitize_notes() {
+  local f
+  for f in "$OUT"/$1-*.log; do
+    [ -f "$f" ] || continue
+    note "$(basename "$f" .log): $(tail -1 "$f"), $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1 | sed 's/=* *//'), $(grep -cE '^(ok|not ok)' "$f") cases, $(grep -c '^not ok' "$f") failed"
   done
+}
+
+if has memcheck; then
+  # in parallel: the GPU has room for all of them, and memcheck is CPU-bound
+  t=$(date +%s)
+  sanitize_run memcheck ${MEMCHECK_TIMEOUT:-240} "${MEMCHECK_TESTS:-$CUDA_TEST_SPECS}" \
+    --leak-check full --report-api-errors no
+  wait
+  sanitize_notes memcheck
   note "memcheck time: $(( $(date +%s) - t )) s"
 fi
 
@@ -88,20 +103,10 @@ if has sanitize; then
   # racecheck (shared-memory hazards) and initcheck (reads of uninitialised device memory)
   t=$(date +%s)
   for tool in ${SANITIZE_TOOLS:-racecheck initcheck}; do
-    for spec in ${SANITIZE_TESTS:-$CUDA_TEST_SPECS}; do
-      tname=${spec%%:*}; group=""; [ "$spec" != "$tname" ] && group=${spec#*:}
-      [ -x build-gpu/tests/$tname ] || continue
-      log="$OUT/$tool-$tname${group:+-$group}.log"
-      ( DLT_TEST_GROUPS=$group DLT_SOURCE_ROOT=$(pwd) timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool \
-          --error-exitcode 99 build-gpu/tests/$tname >"$log" 2>&1
-        echo "rc=$?" >>"$log" ) &
-    done
+    sanitize_run $tool ${SANITIZE_TIMEOUT:-300} "${SANITIZE_TESTS:-$CUDA_TEST_SPECS}"
   done
   wait
-  for f in "$OUT"/racecheck-*.log "$OUT"/initcheck-*.log; do
-    [ -f "$f" ] || continue
-    note "$(basename "$f" .log): $(tail -1 "$f"), $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1 | sed 's/=* *//'), $(grep -cE '^(ok|not ok)' "$f") cases, $(grep -c '^not ok' "$f") failed"
-  done
+  for tool in ${SANITIZE_TOOLS:-racecheck initcheck}; do sanitize_notes $tool; done
   note "sanitize time: $(( $(date +%s) - t )) s"
 fi
 
