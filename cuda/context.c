@@ -88,6 +88,7 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (s->plans && s->plans_free) s->plans_free(s->plans);
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
+    if (s->counters) cudaFreeAsync(s->counters, s->stream);
     if (s->stream) cudaStreamSynchronize(s->stream);
     if (s->cudnn) cudnnDestroy(s->cudnn);
     if (s->gemm && s->gemm_free) s->gemm_free(s->gemm);
@@ -322,6 +323,33 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
     s->scratch = p;
     s->scratch_size = want;
     *out = p;
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (n <= s->counters_n) {
+        *out = s->counters;
+        return DLT_OK;
+    }
+    if (ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, "dlt_counters", "the step needs more counters than warm-up sized");
+    const size_t want = n < 1024 ? 1024 : n;
+    if (dlt__alloc_should_fail(ctx))
+        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, "dlt_counters", "injected allocation failure");
+    void *p = NULL;
+    cudaError_t e = cudaMallocFromPoolAsync(&p, want * sizeof(int), s->pool, s->stream);
+    if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_counters", "cudaMallocFromPoolAsync");
+    e = cudaMemsetAsync(p, 0, want * sizeof(int), s->stream);
+    if (e != cudaSuccess) {
+        (void)cudaFreeAsync(p, s->stream);
+        return dlt__cuda_fail(ctx, e, "dlt_counters", "cudaMemsetAsync");
+    }
+    /* the old counters are all zero (no kernel is half-way): nothing to carry over */
+    if (s->counters && cudaFreeAsync(s->counters, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    s->counters = (int *)p;
+    s->counters_n = want;
+    *out = s->counters;
     return DLT_OK;
 }
 

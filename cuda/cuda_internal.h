@@ -37,6 +37,10 @@ typedef struct dlt_cuda_state {
     /* scratch for reductions (sum, counts) */
     void *scratch;
     size_t scratch_size;
+    /* arrival counters of single-pass reductions (zero between kernels: the last block of a
+     * reduction resets its counter), grown outside capture */
+    int *counters;
+    size_t counters_n;
     uint64_t live_allocs;
     int sm_count;
     char name[256];
@@ -81,6 +85,8 @@ dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, cons
  * graph capture (the pointer must stay fixed): callers size it in warm-up. */
 dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
 dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
+/* At least n zeroed ints for arrival counters; every kernel using them leaves them zero. */
+dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);
 
 /* batchnorm.cu: blocks until no BatchNorm plan is being built in the background */
 void dlt__cuda_bn_async_wait(dlt_ctx *ctx);

@@ -52,6 +52,14 @@ static int32_t impl_from_env(const char *name) {
     return DLT_IMPL_AUTO;
 }
 
+/* a non-negative count, or dflt when unset or not a number */
+static int64_t count_from_env(const char *name, int64_t dflt) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    const long long n = v ? strtoll(v, &end, 10) : -1;
+    return (v && end != v && n >= 0) ? (int64_t)n : dflt;
+}
+
 static int32_t flag_from_env(const char *name) {
     const char *v = getenv(name);
     return v && strcmp(v, "1") == 0;
@@ -108,6 +116,8 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
             const char *v = getenv("DLT_BN_CUDNN_RUNNING_STATS");
             c->settings.bn_cudnn_running = !(v && strcmp(v, "0") == 0);
         }
+        c->settings.bn_native_max = count_from_env("DLT_BN_NATIVE_MAX", DLT_BN_NATIVE_MAX_DEFAULT);
+        c->settings.bn_native_max_bwd = count_from_env("DLT_BN_NATIVE_MAX_BWD", c->settings.bn_native_max);
         s->plans = c;
         s->plans_free = cache_free;
     }
@@ -132,8 +142,9 @@ static uint64_t key_hash(const dlt_cudnn_key *k) {
     return h;
 }
 
-static int key_equal(const dlt_cudnn_key *a, const dlt_cudnn_key *b) {
-    return a->n == b->n && memcmp(a->v, b->v, (size_t)a->n * sizeof a->v[0]) == 0;
+int dlt__cudnn_key_equal(const dlt_cudnn_key *a, const dlt_cudnn_key *b) {
+    const int32_t n = a->n < DLT_CUDNN_KEY_MAX ? a->n : DLT_CUDNN_KEY_MAX;
+    return a->n == b->n && memcmp(a->v, b->v, (size_t)n * sizeof a->v[0]) == 0;
 }
 
 static dlt_status key_check(const dlt_cudnn_key *key) {
@@ -152,7 +163,7 @@ dlt_status dlt__cudnn_cache_find(dlt_ctx *ctx, const dlt_cudnn_key *key, dlt_cud
     for (size_t i = (size_t)h & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
         cache_slot *sl = &c->slots[i];
         if (!sl->plan) return DLT_OK;
-        if (sl->hash == h && key_equal(&sl->key, key)) {
+        if (sl->hash == h && dlt__cudnn_key_equal(&sl->key, key)) {
             *out = sl->plan;
             return DLT_OK;
         }
@@ -695,7 +706,7 @@ void dlt__cudnn_note_builds(dlt_ctx *ctx, int kind, int64_t n, double seconds) {
     c->build_s[kind] += seconds;
 }
 
-static double now_s(void) {
+double dlt__cudnn_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -706,13 +717,13 @@ static double now_s(void) {
 dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_t *ops,
                                  int32_t n_ops, const int64_t *uids, int32_t n_uids,
                                  const dlt_cudnn_plan_opts *opts, dlt_cudnn_plan *out) {
-    const double t0 = now_s();
+    const double t0 = dlt__cudnn_now_s();
     dlt_status st = build_plan(b, ops, n_ops, uids, n_uids, opts, out);
     dlt_cuda_plan_cache *c = dlt__cu(b->ctx)->plans;
     if (c && !tl_handle) {
         const int kind = strstr(b->func, "conv") ? 0 : 1;
         c->built[kind]++;
-        c->build_s[kind] += now_s() - t0;
+        c->build_s[kind] += dlt__cudnn_now_s() - t0;
     }
     return st;
 }

@@ -49,11 +49,17 @@ extern "C" {
 #define DLT_IMPL_CUDNN 1
 #define DLT_IMPL_NATIVE 2
 
+#define DLT_BN_NATIVE_MAX_DEFAULT ((int64_t)1 << 22)
+
 typedef struct dlt_cudnn_settings {
     int32_t conv_impl;        /* DLT_IMPL_* from DLT_CONV_IMPL */
     int32_t bn_impl;          /* DLT_IMPL_* from DLT_BN_IMPL */
     int32_t autotune;         /* DLT_CUDNN_AUTOTUNE=1 */
     int32_t bn_cudnn_running; /* DLT_BN_CUDNN_RUNNING_STATS=1 */
+    /* auto: channels-last BN with at most this many elements runs our single-pass kernels,
+     * larger ones cuDNN (DLT_BN_NATIVE_MAX; batchnorm.cu says why) */
+    int64_t bn_native_max;
+    int64_t bn_native_max_bwd; /* the same for the backward (DLT_BN_NATIVE_MAX_BWD) */
 } dlt_cudnn_settings;
 
 /* The context's settings (creates the plan cache on first use). */
@@ -64,6 +70,9 @@ typedef struct dlt_cudnn_key {
     int32_t n;
     int64_t v[DLT_CUDNN_KEY_MAX];
 } dlt_cudnn_key;
+
+/* Same op, shape and bindings (an overflowing key equals nothing in the cache). */
+int dlt__cudnn_key_equal(const dlt_cudnn_key *a, const dlt_cudnn_key *b);
 
 static inline void dlt__cudnn_key_push(dlt_cudnn_key *k, int64_t v) {
     if (k->n < DLT_CUDNN_KEY_MAX) k->v[k->n] = v;
@@ -180,6 +189,8 @@ dlt_status dlt__cudnn_build_plan(dlt_cudnn_builder *b, const cudnnBackendDescrip
  * while set, builds on this thread use it, log nothing (the user's log callback runs on the
  * thread that installs the plan) and are not counted here (the installer counts them). */
 void dlt__cudnn_set_thread_handle(cudnnHandle_t h);
+/* Monotonic wall clock in seconds (plan-building times). */
+double dlt__cudnn_now_s(void);
 /* Adds background builds to the context's plan-building statistics. */
 void dlt__cudnn_note_builds(dlt_ctx *ctx, int kind, int64_t n, double seconds);
 

@@ -70,6 +70,10 @@ static void gpu_begin(const char *group, const char *conv_impl, const char *bn_i
     /* plans are built in the calling thread, so every case runs the implementation its group
      * names from its first call; the async group turns background building back on */
     setenv("DLT_BN_ASYNC_PLANS", "0", 1);
+    /* auto mode sends small channels-last BNs to our single-pass kernels: every group here
+     * tests the implementation it names (DLT_BN_IMPL=native runs the single-pass ones) */
+    setenv("DLT_BN_NATIVE_MAX", "0", 1);
+    unsetenv("DLT_BN_NATIVE_MAX_BWD");
     g_gpu = th_cuda_ctx();
     if (!g_gpu) snprintf(g_gpu_skip, sizeof g_gpu_skip, "%s", th_skip_reason);
 }
@@ -280,6 +284,9 @@ static const bn_case BN_CASES[] = {
     {"64ch 16x16 residual relu (many blocks)", 8, 64, 16, 16, 1, 1, 1, 1, 1},
     {"no affine, relu", 2, 8, 5, 5, 0, 1, 0, 1, 0},
     {"no running stats, residual", 2, 8, 5, 5, 1, 0, 1, 0, 0},
+    /* several channel tiles and row splits in the single-pass kernels */
+    {"256ch 8x8 residual relu (tiles x splits)", 16, 256, 8, 8, 1, 1, 1, 1, 1},
+    {"2048ch 1x1 relu", 32, 2048, 1, 1, 0, 1, 1, 1, 1},
 };
 #define N_BN_CASES ((int)(sizeof BN_CASES / sizeof BN_CASES[0]))
 
@@ -599,6 +606,7 @@ int main(void) {
     unsetenv("DLT_BN_IMPL");
     unsetenv("DLT_CUDNN_AUTOTUNE");
     unsetenv("DLT_BN_CUDNN_RUNNING_STATS");
+    unsetenv("DLT_BN_NATIVE_MAX");
     dlt_set_log_callback(NULL, NULL);
     dlt_ctx_destroy(g_cpu);
     return th_done();

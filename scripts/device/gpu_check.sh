@@ -5,7 +5,9 @@
 #
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
 #   env:   STAGES="build test memcheck example fixtures interop" (default: those; also
-#          sanitize longrun detcost startup bench profile autotune parity)
+#          sanitize longrun detcost startup bnimpl bench profile autotune parity)
+#          BNIMPL_MAX="0 default 1000000000 0/4194304" (DLT_BN_NATIVE_MAX values, F/B for
+#          forward/backward apart)  BNIMPL_AMP=fp16
 #          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
 #          SANITIZE_TOOLS="racecheck initcheck"  LONGRUN_EPOCHS=10
 set -u
@@ -150,6 +152,24 @@ if has startup; then
   ./build-gpu/examples/resnet50_cifar10 --epochs 2 --log-every 0 >"$OUT/startup-example.txt" 2>&1
   note "resnet50_cifar10 2 epochs synthetic rc=$? ($(( $(date +%s) - t )) s)"
   grep -E '^(epoch|first step)' "$OUT/startup-example.txt" | sed 's/^/   /'
+fi
+
+if has bnimpl; then
+  # BatchNorm implementation by size: cuDNN for every BN (DLT_BN_NATIVE_MAX=0), the default
+  # threshold, our single-pass kernels for every channels-last BN
+  t=$(date +%s)
+  B="build-gpu/examples/bench --batch ${BENCH_BATCHES:-64,256,1024} --amp ${BNIMPL_AMP:-fp16} --format nhwc --mode graph"
+  for m in ${BNIMPL_MAX:-0 default 1000000000}; do
+    # "F/B": forward and backward thresholds apart (DLT_BN_NATIVE_MAX, DLT_BN_NATIVE_MAX_BWD)
+    echo "## DLT_BN_NATIVE_MAX=$m"
+    case "$m" in
+      default) $B;;
+      */*) DLT_BN_NATIVE_MAX=${m%/*} DLT_BN_NATIVE_MAX_BWD=${m#*/} $B;;
+      *) DLT_BN_NATIVE_MAX=$m $B;;
+    esac
+  done >"$OUT/bnimpl.txt" 2>&1
+  note "BN implementation by size ($(( $(date +%s) - t )) s):"
+  grep -E '^(##|\| [0-9])' "$OUT/bnimpl.txt" | sed 's/^/   /'
 fi
 
 if has bench; then
