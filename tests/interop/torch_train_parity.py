@@ -461,6 +461,14 @@ def compare(results, grad_init_scale, judge="both"):
         r = results["fp16_scale"]
         lines += fp16_table(r["ref"], r["ours"]) + [""]
         rows += scale_rows(r["ref"], r["ours"])
+        if "twin" in r:
+            # how sensitive the skip sequence is to kernel choice: PyTorch in the other
+            # memory format (same mathematics, other kernels) over the same steps
+            name, tw = r["twin"]
+            tsk = [i + 1 for i, a in enumerate(tw["applied"]) if not a]
+            rows.append(("fp16 x%d: %s skipped steps" % (len(tw["loss"]), name),
+                         "%s (scale after the last step %g)" % (compact(tsk), tw["scale"][-1]),
+                         "(information)", "info"))
     return rows, lines, notes
 
 
@@ -564,7 +572,8 @@ def main():
                                 "ours": ours_run(args, files, workdir, "fp16_grad", "fp16", 1, gs)}
         results["fp16_scale"] = {
             "ref": torch_run(mode="fp16", steps=args.steps, dump_step=0, **run),
-            "ours": ours_run(args, files, workdir, "fp16_scale", "fp16", args.steps, 65536.0, 0)}
+            "ours": ours_run(args, files, workdir, "fp16_scale", "fp16", args.steps, 65536.0, 0),
+            "twin": (other_name, torch_run(mode="fp16", steps=args.steps, dump_step=0, **twin))}
     more_rows, lines, notes = compare(results, args.grad_init_scale, args.judge)
     rows += more_rows
     if args.truth:
