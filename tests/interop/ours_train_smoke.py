@@ -206,6 +206,13 @@ def main():
     st = statuses(cl, "spread")
     check("compare(): --judge spread turns the issue-limit rows into info",
           "FAIL" not in st.values() and any(v.startswith("info") for v in st.values()), str(st))
+    twin_run = dict(r16s, applied=[False] + r16s["applied"][1:])  # one more skipped step
+    tw = dict(res, fp16_scale={"ref": r16s, "ours": r16s, "twin": ("torch NCHW", twin_run)})
+    st = statuses(tw)
+    twin_rows = [k for k in st if "torch NCHW skipped steps" in k]
+    check("compare(): the other format's skip sequence is an information row, never a FAIL",
+          len(twin_rows) == 1 and st[twin_rows[0]] == "info" and "FAIL" not in st.values(),
+          str(st))
     sc_bad = dict(r16s, scale=r16s["scale"][:-1] + [r16s["scale"][-1] * 2])
     fails("a different last scale", dict(res, fp16_scale={"ref": r16s, "ours": sc_bad}), "scale")
     ap_bad = dict(r16s, applied=[not a for a in r16s["applied"]],
