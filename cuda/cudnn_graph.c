@@ -118,6 +118,7 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
         }
         c->settings.bn_native_max = count_from_env("DLT_BN_NATIVE_MAX", DLT_BN_NATIVE_MAX_DEFAULT);
         c->settings.bn_native_max_bwd = count_from_env("DLT_BN_NATIVE_MAX_BWD", c->settings.bn_native_max);
+        c->settings.workspace_max = count_from_env("DLT_WORKSPACE_MAX", DLT_WORKSPACE_MAX_DEFAULT);
         s->plans = c;
         s->plans_free = cache_free;
     }
@@ -604,6 +605,8 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
 
     const int tune = set->autotune && !ctx->capturing && opts && opts->trial_ptrs;
     candidate cands[MAX_AUTOTUNE_CANDIDATES];
+    candidate backup; /* the first config over the workspace limit, used when none fits */
+    memset(&backup, 0, sizeof backup);
     int32_t nc = 0, filtered = 0, rejected = 0;
     for (int32_t i = 0; i < n_cfgs; i++) {
         if (nc >= (tune ? MAX_AUTOTUNE_CANDIDATES : 1)) break;
@@ -640,6 +643,19 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
             rejected++;
             continue;
         }
+        if (ws > set->workspace_max) {
+            if (!backup.plan) {
+                backup.cfg = cfgs[i];
+                backup.plan = plan;
+                backup.workspace = ws;
+                backup.engine = engine;
+                backup.usable = 1;
+                cfgs[i] = NULL;
+            } else {
+                cudnnBackendDestroyDescriptor(plan);
+            }
+            continue;
+        }
         cands[nc].cfg = cfgs[i];
         cands[nc].plan = plan;
         cands[nc].workspace = ws < 0 ? 0 : ws;
@@ -650,6 +666,12 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
         nc++;
     }
 
+    if (backup.plan && nc == 0) {
+        cands[nc++] = backup;
+    } else if (backup.plan) {
+        cudnnBackendDestroyDescriptor(backup.plan);
+        cudnnBackendDestroyDescriptor(backup.cfg);
+    }
     int32_t chosen = nc > 0 ? 0 : -1;
     if (tune && nc > 1) {
         st = autotune(b, cands, nc, uids, n_uids, opts, &chosen);

@@ -50,6 +50,7 @@ extern "C" {
 #define DLT_IMPL_NATIVE 2
 
 #define DLT_BN_NATIVE_MAX_DEFAULT ((int64_t)1 << 22)
+#define DLT_WORKSPACE_MAX_DEFAULT INT64_MAX
 
 typedef struct dlt_cudnn_settings {
     int32_t conv_impl;        /* DLT_IMPL_* from DLT_CONV_IMPL */
@@ -60,6 +61,9 @@ typedef struct dlt_cudnn_settings {
      * larger ones cuDNN (DLT_BN_NATIVE_MAX; batchnorm.cu says why) */
     int64_t bn_native_max;
     int64_t bn_native_max_bwd; /* the same for the backward (DLT_BN_NATIVE_MAX_BWD) */
+    /* engines (cuDNN) and algorithms (cuBLASLt) needing more workspace are passed over when
+     * another one exists (DLT_WORKSPACE_MAX, bytes) */
+    int64_t workspace_max;
 } dlt_cudnn_settings;
 
 /* The context's settings (creates the plan cache on first use). */

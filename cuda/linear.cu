@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "cudnn_graph.h"
 #include "ops_cuda.h"
 
 using namespace dlt;
@@ -170,6 +171,9 @@ dlt_status plan_build(dlt_ctx *ctx, const GemmCall &g, const dlt_gemm_key &key, 
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     {
         uint64_t ws = DLT_GEMM_MAX_WORKSPACE;
+        const dlt_cudnn_settings *set = NULL; /* DLT_WORKSPACE_MAX caps what cuBLASLt may ask */
+        if (dlt__cudnn_settings(ctx, &set) == DLT_OK && (uint64_t)set->workspace_max < ws)
+            ws = (uint64_t)set->workspace_max;
         uint32_t al = (uint32_t)key.align;
         LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
         LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));

@@ -21,6 +21,7 @@
  *            the log callback counts the warnings that announce one. BN in NCHW runs a few
  *            shapes only (each new BN shape is an NVRTC build on a cold cache).
  *   native   DLT_CONV_IMPL=native, DLT_BN_IMPL=native: the safety-net kernels.
+ *   workspace0  DLT_WORKSPACE_MAX=0: convolutions with engines that take no workspace.
  *   autotune DLT_CUDNN_AUTOTUNE=1 on a few conv shapes.
  *   cudnn-running  DLT_BN_CUDNN_RUNNING_STATS=1: cuDNN updates the running statistics; the
  *            comparison checks that its running variance is the unbiased one (PyTorch's).
@@ -599,6 +600,19 @@ int main(void) {
         th_run(test_async_1x1, "async: BN f16 NHWC 1x1 map relu, our kernels until cuDNN's plans arrive");
         gpu_end();
         printf("# group async: %.1f s\n", now_s() - t0);
+    }
+
+    /* no workspace allowed (DLT_WORKSPACE_MAX=0): cuDNN's engines that need none, or the
+     * first one over the limit where none fits, must still give the right convolutions */
+    t0 = now_s();
+    if (th_group_on("workspace0")) {
+        setenv("DLT_WORKSPACE_MAX", "0", 1);
+        gpu_begin("workspace0", NULL, NULL, 0, 0);
+        for (int f = 0; f < 2; f++)
+            for (int i = 0; i < N_CONV_CASES; i++) run_conv(DLT_F16, FORMATS[f], i);
+        gpu_end();
+        unsetenv("DLT_WORKSPACE_MAX");
+        printf("# group workspace0: %.1f s\n", now_s() - t0);
     }
 
     unsetenv("DLT_BN_ASYNC_PLANS");
