@@ -5,7 +5,8 @@
 #
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
 #   env:   STAGES="build test memcheck example fixtures interop" (default: those; also
-#          sanitize longrun detcost startup bnimpl bench profile autotune parity)
+#          sanitize longrun detcost startup bnimpl memcap bench profile autotune parity)
+#          MEMCAP="-/- 8388608/4194304" (DLT_GRAD_QUEUE_MAX/DLT_WORKSPACE_MAX, - = unset)
 #          BNIMPL_MAX="0 default 1000000000 0/4194304" (DLT_BN_NATIVE_MAX values, F/B for
 #          forward/backward apart)  BNIMPL_AMP=fp16
 #          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
@@ -170,6 +171,22 @@ if has bnimpl; then
   done >"$OUT/bnimpl.txt" 2>&1
   note "BN implementation by size ($(( $(date +%s) - t )) s):"
   grep -E '^(##|\| [0-9])' "$OUT/bnimpl.txt" | sed 's/^/   /'
+fi
+
+if has memcap; then
+  # peak memory against speed at batch 256: the fp16 gradient queue limit and the workspace
+  # limit, alone and together ("Q/W" bytes, "-" for unset)
+  t=$(date +%s)
+  for m in ${MEMCAP:-"-/-" "8388608/-" "-/4194304" "8388608/4194304" "4194304/4194304"}; do
+    q=${m%/*}; w=${m#*/}
+    echo "## DLT_GRAD_QUEUE_MAX=$q DLT_WORKSPACE_MAX=$w"
+    e=()
+    [ "$q" != - ] && e+=("DLT_GRAD_QUEUE_MAX=$q")
+    [ "$w" != - ] && e+=("DLT_WORKSPACE_MAX=$w")
+    env "${e[@]}" build-gpu/examples/bench --batch 256 --amp fp16,bf16 --format nhwc --mode graph
+  done >"$OUT/memcap.txt" 2>&1
+  note "memory caps ($(( $(date +%s) - t )) s):"
+  grep -E '^(##|\| [0-9])' "$OUT/memcap.txt" | sed 's/^/   /'
 fi
 
 if has bench; then
