@@ -461,7 +461,7 @@ dlt_status native_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dres, dlt_tensor
  * per shape, the final sum in split order in double, no float atomics.
  *
  * Layout of a reduction: a tile is TG channel groups of V = 16/sizeof(T) channels (64
- * channels for 16-bit types); block = TG groups x RB = 256/TG rows; grid = (tiles, S)
+ * channels for 16-bit types); block = TG groups x RB = FAST_THREADS/TG rows; grid = (tiles, S)
  * with S row splits. Scratch: part [S][2][C] floats, then coef [4][C] for the elementwise
  * pass (forward: mean, gamma*invstd, beta; backward: mean, a, b, k with
  * dx = d*a + (x-mean)*b + k).
