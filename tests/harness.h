@@ -12,6 +12,7 @@
 #ifndef DLT_TEST_HARNESS_H
 #define DLT_TEST_HARNESS_H
 
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,6 +148,36 @@ static TH_UNUSED dlt_ctx *th_cpu_ctx(void) {
         exit(1);
     }
     return ctx;
+}
+
+/* A whole file's bytes with one spare byte after them, or NULL (*n = 0); the caller frees. */
+static TH_UNUSED unsigned char *th_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *p = NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)len + 1)) != NULL) {
+        if (fread(p, 1, (size_t)len, f) == (size_t)len) {
+            *n = (size_t)len;
+        } else {
+            free(p);
+            p = NULL;
+        }
+    }
+    fclose(f);
+    return p;
+}
+
+/* Number of entries of dir whose name starts with prefix. */
+static TH_UNUSED int th_count_files(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
+    if (d) closedir(d);
+    return n;
 }
 
 /* Tensor from float values (converted to dtype on the device). */

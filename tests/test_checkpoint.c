@@ -31,27 +31,6 @@ static void write_file(const char *path, const void *p, size_t n) {
     }
     fclose(f);
 }
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc((size_t)len + 1);
-    *n = fread(p, 1, (size_t)len, f);
-    fclose(f);
-    return p;
-}
-/* Number of directory entries (besides . and ..) whose name starts with prefix. */
-static int count_files(const char *prefix) {
-    DIR *d = opendir(g_dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
-    if (d) closedir(d);
-    return n;
-}
 
 /* Every state entry's bytes, concatenated: what "the model is unchanged" compares. */
 static unsigned char *snapshot(const dlt_module *m, size_t *n) {
@@ -143,7 +122,7 @@ static void test_round_trip(void) {
     CHECK(v == 3, "num_batches_tracked after one more training forward: %g", v);
     /* the file: 8-byte length, a JSON header padded to 8, int64 data first (aligned) */
     size_t fn = 0;
-    unsigned char *file = read_file(path, &fn);
+    unsigned char *file = th_read_file(path, &fn);
     REQUIRE(file && fn > 8);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | file[i];
@@ -515,7 +494,7 @@ static void test_atomic_save(void) {
     CHECK_STATUS(dlt_module_save(bn, nodir), DLT_ERR_IO);
     CHECK(strstr(dlt_last_error(), "no-such-dir") != NULL && strstr(dlt_last_error(), "No such file") != NULL,
           "%s", dlt_last_error());
-    CHECK(count_files("no-such-dir") == 0, "something was created");
+    CHECK(th_count_files(g_dir, "no-such-dir") == 0, "something was created");
     /* overwriting: the old file is replaced whole, nothing else is left */
     path_in(path, sizeof path, "atomic.safetensors");
     CHECK_OK(dlt_module_save(bn, path));
@@ -523,7 +502,8 @@ static void test_atomic_save(void) {
     CHECK_OK(dlt_module_find(bn, "weight", &w));
     CHECK_OK(dlt_tensor_fill(w, 3));
     CHECK_OK(dlt_module_save(bn, path));
-    CHECK(count_files("atomic.safetensors") == 1, "%d files after two saves", count_files("atomic.safetensors"));
+    CHECK(th_count_files(g_dir, "atomic.safetensors") == 1, "%d files after two saves",
+          th_count_files(g_dir, "atomic.safetensors"));
     dlt_tensor *back = NULL;
     double v = 0;
     CHECK_OK(dlt_safetensors_load_tensor(g_ctx, path, "weight", &back));
@@ -536,18 +516,19 @@ static void test_atomic_save(void) {
     CHECK(mkdir(dir, 0755) == 0);
     CHECK_STATUS(dlt_module_save(bn, dir), DLT_ERR_IO);
     CHECK(strstr(dlt_last_error(), "rename") != NULL, "%s", dlt_last_error());
-    CHECK(count_files("adir") == 1, "%d entries named adir* (the temporary was left)", count_files("adir"));
+    CHECK(th_count_files(g_dir, "adir") == 1, "%d entries named adir* (the temporary was left)",
+          th_count_files(g_dir, "adir"));
     rmdir(dir);
     /* a save refused before writing leaves the previous checkpoint as it was */
     size_t n0 = 0, n1 = 0;
-    unsigned char *before = read_file(path, &n0);
+    unsigned char *before = th_read_file(path, &n0);
     const char *names[2] = {"a", "a"};
     dlt_tensor *ts[2] = {w, w};
     CHECK_STATUS(dlt_safetensors_save(path, names, ts, 2), DLT_ERR_INVALID_ARGUMENT);
     CHECK(strstr(dlt_last_error(), "'a' appears twice") != NULL, "%s", dlt_last_error());
-    unsigned char *after = read_file(path, &n1);
+    unsigned char *after = th_read_file(path, &n1);
     CHECK(n0 == n1 && memcmp(before, after, n0) == 0, "the previous checkpoint changed");
-    CHECK(count_files("atomic.safetensors") == 1);
+    CHECK(th_count_files(g_dir, "atomic.safetensors") == 1);
     free(before), free(after);
     dlt_module_destroy(bn);
 }
@@ -602,7 +583,7 @@ static void test_safetensors_save_dtypes(void) {
     }
     /* the int64 tensor is 8-aligned in the file, the header too */
     size_t fn = 0;
-    unsigned char *file = read_file(path, &fn);
+    unsigned char *file = th_read_file(path, &fn);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | file[i];
     CHECK(hlen % 8 == 0);
@@ -815,7 +796,7 @@ static void test_mutations(void) {
     path_in(mpath, sizeof mpath, "mut.safetensors");
     CHECK_OK(dlt_module_save(src, path));
     size_t n = 0;
-    unsigned char *orig = read_file(path, &n), *buf = malloc(n + 64);
+    unsigned char *orig = th_read_file(path, &n), *buf = malloc(n + 64);
     uint64_t rng = 12345;
     int loaded = 0, refused = 0;
     for (int it = 0; it < 600; it++) {

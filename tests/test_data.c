@@ -1065,22 +1065,6 @@ static int real_dir(char *buf, size_t n) {
     return access(p, R_OK) == 0;
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *d = malloc((size_t)len);
-    if (fread(d, 1, (size_t)len, f) != (size_t)len) {
-        free(d);
-        d = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return d;
-}
-
 static void test_real_subset(void) {
     char dir[512], p[600];
     if (!real_dir(dir, sizeof dir)) SKIP("CIFAR-10 subset not found (set DLT_CIFAR10_DIR)");
@@ -1090,7 +1074,7 @@ static void test_real_subset(void) {
     for (int split = 0; split < 2; split++) {
         snprintf(p, sizeof p, "%s/%s", dir, split == 0 ? "data_batch_1.bin" : "test_batch.bin");
         size_t len = 0;
-        uint8_t *bytes = read_file(p, &len);
+        uint8_t *bytes = th_read_file(p, &len);
         REQUIRE(bytes != NULL, "cannot read %s", p);
         int64_t want_n = split == 0 ? 10000 : 1000;
         REQUIRE(len == (size_t)want_n * REC, "%s has %zu bytes", p, len);

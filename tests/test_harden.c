@@ -25,7 +25,6 @@
  *    op arguments whose size arithmetic overflows (DLT_ERR_INVALID_ARGUMENT or a shape
  *    error, never a crash or undefined behaviour: the sanitizer build checks that).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -41,29 +40,6 @@ static char g_dir[256];
     } while (0)
 
 static void path_in(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", g_dir, name); }
-
-/* Number of directory entries whose name starts with prefix. */
-static int count_files(const char *prefix) {
-    DIR *d = opendir(g_dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
-    if (d) closedir(d);
-    return n;
-}
-
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc((size_t)len + 1);
-    *n = fread(p, 1, (size_t)len, f);
-    fclose(f);
-    return p;
-}
 
 /* ---------------------------------------------------------------------------------------
  * A small training rig: synthetic data, a ResNet-like model, SGD + GradScaler + schedule.
@@ -648,13 +624,13 @@ static void test_save_failures(void) {
         }
         CHECK(st == DLT_ERR_IO && strstr(dlt_last_error(), "durable.safetensors"), "n=%lld: %d %s",
               (long long)n, st, dlt_last_error());
-        CHECK(count_files("durable.safetensors") == 0, "n=%lld: %d files left", (long long)n,
-              count_files("durable.safetensors"));
+        CHECK(th_count_files(g_dir, "durable.safetensors") == 0, "n=%lld: %d files left", (long long)n,
+              th_count_files(g_dir, "durable.safetensors"));
     }
     REQUIRE(ops_first > 3, "%lld file operations", (long long)ops_first);
     /* the good checkpoint: its bytes, and what loads from it */
     size_t na = 0;
-    unsigned char *good = read_file(path, &na);
+    unsigned char *good = th_read_file(path, &na);
     REQUIRE(good != NULL);
     int64_t ep = -1, sp = -1;
     snap sa = load_fresh(path, &ep, &sp);
@@ -679,12 +655,13 @@ static void test_save_failures(void) {
         else if (strstr(msg, "cannot rename")) renames++;
         else CHECK(0, "n=%lld: unexpected message %s", (long long)n, msg);
         size_t nb = 0;
-        unsigned char *now = read_file(path, &nb);
+        unsigned char *now = th_read_file(path, &nb);
         CHECK(now && nb == na && memcmp(now, good, na) == 0, "n=%lld: the previous checkpoint changed",
               (long long)n);
         free(now);
-        CHECK(count_files("durable.safetensors") == 1, "n=%lld: %d files (a temporary was left)",
-              (long long)n, count_files("durable.safetensors"));
+        CHECK(th_count_files(g_dir, "durable.safetensors") == 1,
+              "n=%lld: %d files (a temporary was left)", (long long)n,
+              th_count_files(g_dir, "durable.safetensors"));
         ep = sp = -1;
         snap sl = load_fresh(path, &ep, &sp);
         CHECK(snap_equal(&sl, &sa) && ep == 0 && sp == 2, "n=%lld: the previous checkpoint loads "
@@ -715,7 +692,7 @@ static void test_save_failures(void) {
     CHECK_OK(dlt_testing_fail_write(0));
     snap s2 = load_fresh(path, &ep, &sp);
     CHECK(snap_equal(&s2, &sr), "a failed module or tensor save changed the checkpoint");
-    CHECK(count_files("durable.safetensors") == 1);
+    CHECK(th_count_files(g_dir, "durable.safetensors") == 1);
     free(s2.p), free(sn.p), free(sr.p), free(sa.p), free(good);
     unlink(path);
     rig_fini(&r);
