@@ -604,6 +604,15 @@ static snap load_fresh(const char *path, int64_t *epoch, int64_t *step) {
     return s;
 }
 
+/* dlt_checkpoint_save with its n-th file operation failing (n = 0: none fails). */
+static dlt_status save_failing_at(rig *r, const char *path, int64_t n, int64_t epoch, int64_t step) {
+    CHECK_OK(dlt_testing_fail_write(n));
+    dlt_clear_error();
+    dlt_status st = dlt_checkpoint_save(path, r->model, r->opt, r->scaler, epoch, step);
+    CHECK_OK(dlt_testing_fail_write(0));
+    return st;
+}
+
 static void test_save_failures(void) {
     rig r;
     double losses[8];
@@ -614,10 +623,7 @@ static void test_save_failures(void) {
     /* no earlier file: a failed save leaves nothing at all */
     int64_t ops_first = -1;
     for (int64_t n = 1; n < 1000 && ops_first < 0; n++) {
-        CHECK_OK(dlt_testing_fail_write(n));
-        dlt_clear_error();
-        dlt_status st = dlt_checkpoint_save(path, r.model, r.opt, r.scaler, 0, 2);
-        CHECK_OK(dlt_testing_fail_write(0));
+        dlt_status st = save_failing_at(&r, path, n, 0, 2);
         if (st == DLT_OK) {
             ops_first = n - 1;
             break;
@@ -639,10 +645,7 @@ static void test_save_failures(void) {
     rig_steps(&r, 1, losses);
     int64_t ops = -1, writes = 0, flushes = 0, closes = 0, renames = 0;
     for (int64_t n = 1; n < 1000 && ops < 0; n++) {
-        CHECK_OK(dlt_testing_fail_write(n));
-        dlt_clear_error();
-        dlt_status st = dlt_checkpoint_save(path, r.model, r.opt, r.scaler, 1, 3);
-        CHECK_OK(dlt_testing_fail_write(0));
+        dlt_status st = save_failing_at(&r, path, n, 1, 3);
         if (st == DLT_OK) {
             ops = n - 1;
             break;
