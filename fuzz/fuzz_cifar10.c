@@ -319,30 +319,4 @@ static DLTFZ_UNUSED int dltfz_cifar10_run(const uint8_t *data, size_t size, char
     return bad;
 }
 
-#ifndef DLTFZ_NO_LIBFUZZER
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static void cf_atexit(void) { dltfz_cifar10_fini(); }
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    char err[512];
-    if (dltfz_cifar10_init(err, sizeof err) != 0) {
-        fprintf(stderr, "fuzz_cifar10: %s\n", err);
-        abort();
-    }
-    atexit(cf_atexit);
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char err[1024];
-    if (dltfz_cifar10_run(data, size, err, sizeof err) != 0) {
-        fprintf(stderr, "fuzz_cifar10: %s\n", err);
-        abort();
-    }
-    return 0;
-}
-#endif
+DLTFZ_LIBFUZZER_MAIN(cifar10)

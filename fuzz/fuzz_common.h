@@ -139,4 +139,35 @@ static DLTFZ_UNUSED uint64_t dltfz_hash_tensor(uint64_t h, const dlt_tensor *t) 
     return h;
 }
 
+/* libFuzzer's entry points for a target made of NAME_init / NAME_run / NAME_fini (each
+ * returning nonzero with a message in err on a finding): a finding aborts, which is how
+ * libFuzzer records a crash input. Left out with DLTFZ_NO_LIBFUZZER (the corpus replay). */
+#ifndef DLTFZ_NO_LIBFUZZER
+#define DLTFZ_LIBFUZZER_MAIN(NAME)                                                            \
+    int LLVMFuzzerInitialize(int *argc, char ***argv);                                        \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);                             \
+    static void dltfz_atexit(void) { dltfz_##NAME##_fini(); }                                 \
+    int LLVMFuzzerInitialize(int *argc, char ***argv) {                                       \
+        (void)argc;                                                                           \
+        (void)argv;                                                                           \
+        char err[512];                                                                        \
+        if (dltfz_##NAME##_init(err, sizeof err) != 0) {                                      \
+            fprintf(stderr, "fuzz_" #NAME ": %s\n", err);                                     \
+            abort();                                                                          \
+        }                                                                                     \
+        atexit(dltfz_atexit);                                                                 \
+        return 0;                                                                             \
+    }                                                                                         \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {                            \
+        char err[1024];                                                                       \
+        if (dltfz_##NAME##_run(data, size, err, sizeof err) != 0) {                           \
+            fprintf(stderr, "fuzz_" #NAME ": %s\n", err);                                     \
+            abort();                                                                          \
+        }                                                                                     \
+        return 0;                                                                             \
+    }
+#else
+#define DLTFZ_LIBFUZZER_MAIN(NAME)
+#endif
+
 #endif

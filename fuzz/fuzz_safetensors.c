@@ -482,30 +482,4 @@ static DLTFZ_UNUSED int dltfz_safetensors_run(const uint8_t *data, size_t size, 
     return bad;
 }
 
-#ifndef DLTFZ_NO_LIBFUZZER
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static void st_atexit(void) { dltfz_safetensors_fini(); }
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    char err[512];
-    if (dltfz_safetensors_init(err, sizeof err) != 0) {
-        fprintf(stderr, "fuzz_safetensors: %s\n", err);
-        abort();
-    }
-    atexit(st_atexit);
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char err[1024];
-    if (dltfz_safetensors_run(data, size, err, sizeof err) != 0) {
-        fprintf(stderr, "fuzz_safetensors: %s\n", err);
-        abort();
-    }
-    return 0;
-}
-#endif
+DLTFZ_LIBFUZZER_MAIN(safetensors)
