@@ -52,14 +52,6 @@ static int32_t impl_from_env(const char *name) {
     return DLT_IMPL_AUTO;
 }
 
-/* a non-negative count, or dflt when unset or not a number */
-static int64_t count_from_env(const char *name, int64_t dflt) {
-    const char *v = getenv(name);
-    char *end = NULL;
-    const long long n = v ? strtoll(v, &end, 10) : -1;
-    return (v && end != v && n >= 0) ? (int64_t)n : dflt;
-}
-
 static int32_t flag_from_env(const char *name) {
     const char *v = getenv(name);
     return v && strcmp(v, "1") == 0;
@@ -116,9 +108,9 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
             const char *v = getenv("DLT_BN_CUDNN_RUNNING_STATS");
             c->settings.bn_cudnn_running = !(v && strcmp(v, "0") == 0);
         }
-        c->settings.bn_native_max = count_from_env("DLT_BN_NATIVE_MAX", DLT_BN_NATIVE_MAX_DEFAULT);
-        c->settings.bn_native_max_bwd = count_from_env("DLT_BN_NATIVE_MAX_BWD", c->settings.bn_native_max);
-        c->settings.workspace_max = count_from_env("DLT_WORKSPACE_MAX", DLT_WORKSPACE_MAX_DEFAULT);
+        c->settings.bn_native_max = dlt__env_count("DLT_BN_NATIVE_MAX", DLT_BN_NATIVE_MAX_DEFAULT);
+        c->settings.bn_native_max_bwd = dlt__env_count("DLT_BN_NATIVE_MAX_BWD", c->settings.bn_native_max);
+        c->settings.workspace_max = dlt__env_count("DLT_WORKSPACE_MAX", DLT_WORKSPACE_MAX_DEFAULT);
         s->plans = c;
         s->plans_free = cache_free;
     }

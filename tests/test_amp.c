@@ -635,7 +635,7 @@ static void test_train_conv_network_amp(void) {
 /* DLT_GRAD_QUEUE_MAX: the fp16 weight gradients queued for the fp32 accumulation are flushed
  * whenever the queue holds that many bytes. Same gradients, bit for bit; lower peak memory
  * when the queue would otherwise pile up (two 512x512 layers: 512 KiB of fp16 each, with
- * almost no activation memory). limit NULL: unset. */
+ * almost no activation memory). limit NULL: unset (the default, 4 MiB). */
 static void queue_run(const char *limit, float *grads, int64_t n_grads, uint64_t *peak) {
     if (limit) setenv("DLT_GRAD_QUEUE_MAX", limit, 1);
     else unsetenv("DLT_GRAD_QUEUE_MAX");
@@ -691,10 +691,15 @@ static void test_grad_queue_limit(void) {
     const int64_t n = 512 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10;
     float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
     REQUIRE(a && b, "out of memory");
-    uint64_t peak_all = 0, peak_each = 0;
-    queue_run(NULL, a, n, &peak_all);
+    uint64_t peak_all = 0, peak_each = 0, peak_default = 0;
+    queue_run("1000000000", a, n, &peak_all);
     queue_run("1", b, n, &peak_each);
     CHECK(memcmp(a, b, (size_t)n * sizeof *a) == 0, "gradients differ with DLT_GRAD_QUEUE_MAX=1");
+    queue_run(NULL, b, n, &peak_default);
+    CHECK(memcmp(a, b, (size_t)n * sizeof *a) == 0, "gradients differ with the default limit");
+    /* 1.03 MiB of queued gradients stay under the default 4 MiB: queued until the end */
+    CHECK(peak_default == peak_all, "default peak %llu vs %llu", (unsigned long long)peak_default,
+          (unsigned long long)peak_all);
     int nonzero = 0;
     for (int64_t i = 0; i < n; i++) nonzero += a[i] != 0.0f;
     CHECK(nonzero > n / 4, "only %d of %lld gradient values are non-zero", nonzero, (long long)n);

@@ -106,6 +106,9 @@ struct dlt_ctx {
 dlt_status dlt__ctx_ok(dlt_ctx *ctx, const char *func);
 /* Marks the context poisoned (first fault wins) and returns code with the message set. */
 dlt_status dlt__ctx_poison(dlt_ctx *ctx, dlt_status code, const char *func, const char *msg);
+/* The environment variable `name` as a non-negative count, or dflt when it is unset or not
+ * one (trailing text after the number is ignored). */
+int64_t dlt__env_count(const char *name, int64_t dflt);
 /* Autocast dtype in force, or -1. */
 int32_t dlt__autocast_dtype(const dlt_ctx *ctx);
 /* Reserves `blocks` Philox counters and returns the starting offset. */
@@ -482,6 +485,9 @@ struct dlt_backend {
     void (*event_destroy)(dlt_ctx *ctx, void *ev);
 
     /* whole-step graphs (cuda/graph.c; NULL on the CPU: eager fallback) */
+    /* on = 1 before the last warm-up step, 0 after it: the step's allocations are recorded
+     * to size the memory the capture will place them in */
+    void (*capture_trace)(dlt_ctx *ctx, int32_t on);
     dlt_status (*capture_begin)(dlt_ctx *ctx);
     /* ends capture; ok = 0 discards it. On success *exec is an executable graph. */
     dlt_status (*capture_end)(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes);

@@ -3,7 +3,7 @@
 # and nothing they do not read (TAP).
 src="$1"
 read_vars=$(cd "$src" && grep -rhoE \
-    'getenv\("DLT[A-Z0-9_]*"\)|_from_env\("DLT[A-Z0-9_]*"|os\.environ(\.get\(|\[)"DLT[A-Z0-9_]*"' \
+    'getenv\("DLT[A-Z0-9_]*"\)|_from_env\("DLT[A-Z0-9_]*"|env_count\("DLT[A-Z0-9_]*"|os\.environ(\.get\(|\[)"DLT[A-Z0-9_]*"' \
     lib cuda examples tests bindings/python --include='*.c' --include='*.h' --include='*.cu' \
     --include='*.cuh' --include='*.py' | grep -oE 'DLT[A-Z0-9_]*' | sort -u)
 doc_vars=$(grep -oE '^\| `DLT[A-Z0-9_]*`' "$src/docs/environment.md" | grep -oE 'DLT[A-Z0-9_]*' | sort -u)
