@@ -92,6 +92,7 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
     if (s->counters) cudaFreeAsync(s->counters, s->stream);
+    dlt__cuda_gmem_destroy(s);
     if (s->stream) cudaStreamSynchronize(s->stream);
     if (s->cudnn) cudnnDestroy(s->cudnn);
     if (s->gemm && s->gemm_free) s->gemm_free(s->gemm);
@@ -201,7 +202,11 @@ static dlt_status cuda_device_name(dlt_ctx *ctx, char *buf, size_t n) {
 static dlt_status cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
     dlt_cuda_state *s = dlt__cu(ctx);
     /* 256-byte granularity keeps every tensor aligned for vector loads and cuDNN */
-    size_t rounded = (nbytes + 255) & ~(size_t)255;
+    size_t rounded = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
+    if (s->gmem && dlt__cuda_gmem_alloc(ctx, rounded, ptr)) {
+        s->live_allocs++;
+        return DLT_OK;
+    }
     cudaError_t e = cudaMallocFromPoolAsync(ptr, rounded, s->pool, s->stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -210,15 +215,17 @@ static dlt_status cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
                             "out of device memory allocating %zu bytes on %s", nbytes, s->name);
         return dlt__cuda_fail(ctx, e, "dlt_alloc", "cudaMallocFromPoolAsync");
     }
+    if (s->gmem) dlt__cuda_gmem_note(ctx, *ptr, rounded);
     s->live_allocs++;
     return DLT_OK;
 }
 
 static void cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
-    (void)nbytes;
     dlt_cuda_state *s = dlt__cu(ctx);
     if (!ptr || !s) return;
-    if (cudaFreeAsync(ptr, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    const size_t rounded = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
+    if (!(s->gmem && dlt__cuda_gmem_free(ctx, ptr, rounded)) && cudaFreeAsync(ptr, s->stream) != cudaSuccess)
+        (void)cudaGetLastError();
     s->live_allocs--;
 }
 
@@ -424,6 +431,7 @@ static const dlt_backend CUDA_BACKEND = {
     .event_record = cuda_event_record,
     .event_elapsed = cuda_event_elapsed,
     .event_destroy = cuda_event_destroy,
+    .capture_trace = dlt__cuda_capture_trace,
     .capture_begin = dlt__cuda_capture_begin,
     .capture_end = dlt__cuda_capture_end,
     .graph_launch = dlt__cuda_graph_launch,

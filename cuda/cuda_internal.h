@@ -54,6 +54,9 @@ typedef struct dlt_cuda_state {
      * threads, and runs first when the context is destroyed */
     void *bn_async;
     void (*bn_async_free)(void *);
+    /* whole-step graphs' memory: the sizing run and the arenas (graph.c); NULL until the
+     * first graph */
+    struct dlt_graph_mem *gmem;
 } dlt_cuda_state;
 
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }
@@ -92,10 +95,19 @@ dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);
 void dlt__cuda_bn_async_wait(dlt_ctx *ctx);
 
 /* graph.c */
+void dlt__cuda_capture_trace(dlt_ctx *ctx, int32_t on);
 dlt_status dlt__cuda_capture_begin(dlt_ctx *ctx);
 dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes);
 dlt_status dlt__cuda_graph_launch(dlt_ctx *ctx, void *exec);
 void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec);
+/* The allocator's side (context.c; bytes already rounded): during a capture with an
+ * arena, places the block in it (1, *ptr set) or returns 0 for the pool; while sizing,
+ * records the pool's blocks. gmem_free returns 1 when ptr was an arena's block. */
+int dlt__cuda_gmem_alloc(dlt_ctx *ctx, size_t bytes, void **ptr);
+void dlt__cuda_gmem_note(dlt_ctx *ctx, void *ptr, size_t bytes);
+int dlt__cuda_gmem_free(dlt_ctx *ctx, void *ptr, size_t bytes);
+/* Releases every arena (context teardown; frees in stream order). */
+void dlt__cuda_gmem_destroy(dlt_cuda_state *s);
 
 /* Kernel launchers implemented in .cu files (extern "C"). */
 dlt_status dlt__cuda_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src);

@@ -145,6 +145,25 @@ __device__ __forceinline__ void st_any(void *p, int dt, int64_t i, float v) {
     }
 }
 
+__device__ __forceinline__ float2 pair_to_f2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 pair_to_f2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
+/* dst[start, end) (+)= src, 4 elements per thread: fp32 dst 16-byte and 16-bit src 8-byte
+ * aligned, (end - start) % 4 == 0 */
+template <typename Pair>
+__device__ __forceinline__ void accumulate_vec4(float *dst, const Pair *src, int64_t start, int64_t end,
+                                                int beta) {
+    for (int64_t i = start + 4 * (int64_t)threadIdx.x; i < end; i += 4 * (int64_t)blockDim.x) {
+        const float2 a = pair_to_f2(src[i / 2]), c = pair_to_f2(src[i / 2 + 1]);
+        float4 o = beta ? ((const float4 *)dst)[i / 4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        o.x += a.x;
+        o.y += a.y;
+        o.z += c.x;
+        o.w += c.y;
+        ((float4 *)dst)[i / 4] = o;
+    }
+}
+
 __global__ void accumulate_multi_kernel(const __grid_constant__ MultiAcc m) {
     int lo = 0, hi = m.count - 1; /* the pair whose block range holds blockIdx.x */
     const int b = (int)blockIdx.x;
@@ -158,19 +177,16 @@ __global__ void accumulate_multi_kernel(const __grid_constant__ MultiAcc m) {
     const int dd = m.dtype_d[lo], ds = m.dtype_s[lo], beta = m.beta[lo];
     void *dst = m.dst[lo];
     const void *src = m.src[lo];
-    if (dd == DLT_F32 && ds == DLT_F16 && m.aligned[lo] && ((end - start) % 4 == 0)) {
-        /* the common case (fp16 weight gradients into fp32): 4 elements per thread */
-        for (int64_t i = start + 4 * (int64_t)threadIdx.x; i < end; i += 4 * (int64_t)blockDim.x) {
-            const __half2 a = ((const __half2 *)src)[i / 2], c = ((const __half2 *)src)[i / 2 + 1];
-            float4 o = beta ? ((float4 *)dst)[i / 4] : make_float4(0.f, 0.f, 0.f, 0.f);
-            const float2 fa = __half22float2(a), fc = __half22float2(c);
-            o.x += fa.x;
-            o.y += fa.y;
-            o.z += fc.x;
-            o.w += fc.y;
-            ((float4 *)dst)[i / 4] = o;
+    /* the common cases (fp16/bf16 weight gradients into fp32): 4 elements per thread */
+    if (dd == DLT_F32 && m.aligned[lo] && ((end - start) % 4 == 0)) {
+        if (ds == DLT_F16) {
+            accumulate_vec4((float *)dst, (const __half2 *)src, start, end, beta);
+            return;
         }
-        return;
+        if (ds == DLT_BF16) {
+            accumulate_vec4((float *)dst, (const __nv_bfloat162 *)src, start, end, beta);
+            return;
+        }
     }
     for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
         float v = ld_any(src, ds, i);

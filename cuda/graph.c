@@ -1,55 +1,273 @@
 /*
  * graph.c - CUDA side of whole-step graphs: stream capture on the context's stream
- * (thread-local mode, so other threads' CUDA calls cannot invalidate it), instantiation with
- * auto-free-on-launch (memory the step allocates inside the graph is released before each
- * replay), upload, launch. The cuDNN/cuBLAS handles are bound to the same stream, so their
- * kernels are captured too; their plans and workspaces were made during warm-up.
+ * (thread-local mode, so other threads' CUDA calls cannot invalidate it), instantiation,
+ * upload, launch. The cuDNN/cuBLAS handles are bound to the same stream, so their kernels
+ * are captured too; their plans and workspaces were made during warm-up.
+ *
+ * Memory. Left to the driver, every allocation made during capture becomes a graph memory
+ * node, and the graph's footprint is however the driver lays those out: at ResNet50 batch
+ * 256 that came to ~25 MiB over what the step has live at once, and it moved by 30 MiB
+ * with unrelated changes in the allocation order. So the step's temporaries are placed by
+ * us, in one buffer (an arena) per graph: the last warm-up step's allocations are placed
+ * by lib/core/arena.c as they happen (sizing: the pool serves them, the placement only
+ * counts), the buffer is allocated at the highest offset that reached, and the capture
+ * places the same sequence again inside it. The same sequence gives the same offsets, so it
+ * fits; an allocation that does not (a step that allocates differently from one call to the
+ * next) goes to the pool and so becomes a graph memory node as before. Blocks are reused
+ * within the capture in stream order, which is the graph's order (one stream). The arena
+ * lives until its graph is destroyed and its last block released: a tensor the step hands
+ * out stays valid, rewritten by each replay. DLT_GRAPH_ARENA=0 leaves all of it to the
+ * driver (instantiated with auto-free-on-launch, as before).
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/core/arena.h"
 #include "cuda_internal.h"
 
+typedef struct graph_arena {
+    struct graph_arena *next;
+    dlt_arena *place;
+    char *base;
+    uint64_t size;
+    int32_t owned; /* its graph (or the capture filling it) still exists */
+} graph_arena;
+
+struct dlt_graph_mem {
+    int32_t enabled;         /* DLT_GRAPH_ARENA != 0 */
+    dlt_arena *trace;        /* the sizing run in progress */
+    int32_t trace_broken;    /* a placement failed (host memory): no size from this run */
+    uint64_t sized, sized_live; /* the last sizing run: highest offset, most live at once */
+    graph_arena *filling;    /* the capture in progress places into this one */
+    graph_arena *arenas;     /* every arena not yet released */
+    int64_t outside;         /* allocations of this capture that went to the pool */
+};
+
+typedef struct graph_exec {
+    cudaGraphExec_t exec;
+    graph_arena *arena;
+} graph_exec;
+
+static struct dlt_graph_mem *gmem_get(dlt_ctx *ctx) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (!s->gmem) {
+        s->gmem = calloc(1, sizeof *s->gmem);
+        if (s->gmem) s->gmem->enabled = dlt__env_count("DLT_GRAPH_ARENA", 1) != 0;
+    }
+    return s->gmem;
+}
+
+static graph_arena *arena_of(struct dlt_graph_mem *m, const void *ptr) {
+    for (graph_arena *a = m->arenas; a; a = a->next)
+        if ((const char *)ptr >= a->base && (const char *)ptr < a->base + a->size) return a;
+    return NULL;
+}
+
+/* Frees an arena nobody uses any more. Not during a capture: the free would be captured
+ * (capture_end sweeps what was left). */
+static void arena_release_if_unused(dlt_ctx *ctx, graph_arena *a) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (a->owned || dlt__arena_live(a->place) != 0 || s->gmem->filling || ctx->capturing) return;
+    for (graph_arena **p = &s->gmem->arenas; *p; p = &(*p)->next)
+        if (*p == a) {
+            *p = a->next;
+            break;
+        }
+    if (cudaFreeAsync(a->base, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    dlt__arena_destroy(a->place);
+    free(a);
+}
+
+/* Releases the arenas whose last block went during a capture (called when it has ended). */
+static void sweep(dlt_ctx *ctx) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    for (graph_arena *a = s->gmem ? s->gmem->arenas : NULL, *next; a; a = next) {
+        next = a->next;
+        arena_release_if_unused(ctx, a);
+    }
+}
+
+void dlt__cuda_capture_trace(dlt_ctx *ctx, int32_t on) {
+    struct dlt_graph_mem *m = gmem_get(ctx);
+    if (!m) return;
+    if (on) {
+        dlt__arena_destroy(m->trace);
+        m->trace = m->enabled ? dlt__arena_create(UINT64_MAX) : NULL;
+        m->trace_broken = 0;
+        m->sized = m->sized_live = 0;
+        return;
+    }
+    if (!m->trace) return;
+    if (!m->trace_broken) {
+        m->sized = dlt__arena_high(m->trace);
+        m->sized_live = dlt__arena_live_peak(m->trace);
+    }
+    dlt__arena_destroy(m->trace);
+    m->trace = NULL;
+}
+
+void dlt__cuda_gmem_note(dlt_ctx *ctx, void *ptr, size_t bytes) {
+    struct dlt_graph_mem *m = dlt__cu(ctx)->gmem;
+    if (m->trace && dlt__arena_alloc_key(m->trace, (uint64_t)(uintptr_t)ptr, bytes, NULL) != 0)
+        m->trace_broken = 1;
+}
+
+int dlt__cuda_gmem_alloc(dlt_ctx *ctx, size_t bytes, void **ptr) {
+    struct dlt_graph_mem *m = dlt__cu(ctx)->gmem;
+    if (!m->filling) return 0;
+    uint64_t off;
+    if (dlt__arena_alloc(m->filling->place, bytes, &off) != 0) {
+        m->outside++;
+        return 0;
+    }
+    *ptr = m->filling->base + off;
+    return 1;
+}
+
+int dlt__cuda_gmem_free(dlt_ctx *ctx, void *ptr, size_t bytes) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    struct dlt_graph_mem *m = s->gmem;
+    if (m->trace) (void)dlt__arena_free_key(m->trace, (uint64_t)(uintptr_t)ptr); /* unknown: older */
+    graph_arena *a = m->arenas ? arena_of(m, ptr) : NULL;
+    if (!a) return 0;
+    (void)dlt__arena_free(a->place, (uint64_t)((char *)ptr - a->base), bytes);
+    arena_release_if_unused(ctx, a);
+    return 1;
+}
+
+void dlt__cuda_gmem_destroy(dlt_cuda_state *s) {
+    struct dlt_graph_mem *m = s->gmem;
+    if (!m) return;
+    while (m->arenas) {
+        graph_arena *a = m->arenas;
+        m->arenas = a->next;
+        if (cudaFreeAsync(a->base, s->stream) != cudaSuccess) (void)cudaGetLastError();
+        dlt__arena_destroy(a->place);
+        free(a);
+    }
+    dlt__arena_destroy(m->trace);
+    free(m);
+    s->gmem = NULL;
+}
+
+/* The arena for the capture about to start, sized by the last warm-up step; NULL (driver
+ * memory) when there was no sizing run or the buffer cannot be had. */
+static graph_arena *arena_for_capture(dlt_ctx *ctx) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    struct dlt_graph_mem *m = gmem_get(ctx);
+    if (!m || !m->sized) return NULL;
+    const uint64_t size = m->sized;
+    m->sized = 0; /* one capture per sizing run */
+    graph_arena *a = calloc(1, sizeof *a);
+    if (a) a->place = dlt__arena_create(size);
+    void *base = NULL;
+    cudaError_t e = a && a->place ? cudaMallocFromPoolAsync(&base, (size_t)size, s->pool, s->stream)
+                                  : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        dlt__log(DLT_LOG_WARNING, "dlt_graph_create: no room for a %.1f MiB graph arena; the "
+                 "driver places the step's memory", size / 1048576.0);
+        if (a) dlt__arena_destroy(a->place);
+        free(a);
+        return NULL;
+    }
+    a->base = base;
+    a->size = size;
+    a->owned = 1;
+    a->next = m->arenas;
+    m->arenas = a;
+    m->outside = 0;
+    return a;
+}
+
 dlt_status dlt__cuda_capture_begin(dlt_ctx *ctx) {
-    DLT_CU(ctx, cudaStreamBeginCapture(dlt__stream(ctx), cudaStreamCaptureModeThreadLocal),
-           "dlt_graph_create");
+    dlt_cuda_state *s = dlt__cu(ctx);
+    graph_arena *a = arena_for_capture(ctx);
+    cudaError_t e = cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        if (a) {
+            a->owned = 0;
+            arena_release_if_unused(ctx, a);
+        }
+        return dlt__cuda_fail(ctx, e, "dlt_graph_create", "cudaStreamBeginCapture");
+    }
+    if (a) s->gmem->filling = a;
     return DLT_OK;
 }
 
 dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes) {
     static const char *F = "dlt_graph_create";
+    dlt_cuda_state *s = dlt__cu(ctx);
+    graph_arena *arena = s->gmem ? s->gmem->filling : NULL;
     cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(dlt__stream(ctx), &graph);
-    if (!ok || e != cudaSuccess) {
-        if (graph) cudaGraphDestroy(graph);
-        (void)cudaGetLastError();
-        if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, F, "cudaStreamEndCapture");
-        return DLT_ERR_INVALID_STATE;
-    }
+    cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+    if (arena) s->gmem->filling = NULL;
+    cudaGraphExec_t g = NULL;
+    graph_exec *ge = NULL;
     size_t n = 0;
+    dlt_status st = DLT_OK;
+    if (!ok || e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = e != cudaSuccess ? dlt__cuda_fail(ctx, e, F, "cudaStreamEndCapture") : DLT_ERR_INVALID_STATE;
+        goto fail;
+    }
     e = cudaGraphGetNodes(graph, NULL, &n);
     if (e != cudaSuccess) {
-        cudaGraphDestroy(graph);
-        return dlt__cuda_fail(ctx, e, F, "cudaGraphGetNodes");
+        st = dlt__cuda_fail(ctx, e, F, "cudaGraphGetNodes");
+        goto fail;
     }
-    cudaGraphExec_t g = NULL;
+    ge = calloc(1, sizeof *ge);
+    if (!ge) {
+        st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the graph object");
+        goto fail;
+    }
+    /* auto-free-on-launch: what the driver allocated inside the graph and the step did not
+     * free is released before the next replay (it could not be launched again otherwise) */
     e = cudaGraphInstantiateWithFlags(&g, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
-    cudaGraphDestroy(graph);
-    if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, F, "cudaGraphInstantiateWithFlags");
-    e = cudaGraphUpload(g, dlt__stream(ctx));
+    if (e != cudaSuccess) {
+        st = dlt__cuda_fail(ctx, e, F, "cudaGraphInstantiateWithFlags");
+        goto fail;
+    }
+    e = cudaGraphUpload(g, s->stream);
     if (e != cudaSuccess) {
         cudaGraphExecDestroy(g);
-        return dlt__cuda_fail(ctx, e, F, "cudaGraphUpload");
+        st = dlt__cuda_fail(ctx, e, F, "cudaGraphUpload");
+        goto fail;
     }
-    *exec = g;
+    cudaGraphDestroy(graph);
+    if (arena)
+        dlt__log(DLT_LOG_INFO, "dlt: graph memory: %.1f MiB arena (at most %.1f MiB live at once in the "
+                 "sizing step), %lld allocations outside it", arena->size / 1048576.0,
+                 s->gmem->sized_live / 1048576.0, (long long)s->gmem->outside);
+    ge->exec = g;
+    ge->arena = arena;
+    *exec = ge;
     *n_nodes = (int64_t)n;
+    sweep(ctx);
     return DLT_OK;
+fail:
+    if (graph) cudaGraphDestroy(graph);
+    free(ge);
+    if (arena) arena->owned = 0;
+    sweep(ctx);
+    return st;
 }
 
 dlt_status dlt__cuda_graph_launch(dlt_ctx *ctx, void *exec) {
-    DLT_CU(ctx, cudaGraphLaunch((cudaGraphExec_t)exec, dlt__stream(ctx)), "dlt_graph_run");
+    DLT_CU(ctx, cudaGraphLaunch(((graph_exec *)exec)->exec, dlt__stream(ctx)), "dlt_graph_run");
     return DLT_OK;
 }
 
 void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    graph_exec *ge = exec;
     /* the graph may still be running: let it finish before its memory goes */
-    if (cudaStreamSynchronize(dlt__stream(ctx)) != cudaSuccess) (void)cudaGetLastError();
-    if (cudaGraphExecDestroy((cudaGraphExec_t)exec) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaStreamSynchronize(s->stream) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaGraphExecDestroy(ge->exec) != cudaSuccess) (void)cudaGetLastError();
+    if (ge->arena) {
+        ge->arena->owned = 0;
+        arena_release_if_unused(ctx, ge->arena);
+    }
+    free(ge);
 }

@@ -339,6 +339,81 @@ static void test_schedules_vs_cpu(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* ---- autocast weight gradients: the fp16/bf16 -> fp32 accumulation ---- */
+
+enum { AB = 8, AD = 300, AH = 64, AO = 5, AK = 3 };
+
+/* Three linear layers under autocast, backward twice (the second accumulates); writes the
+ * fp32 gradients of w1 [AH,AD] (19,200: three chunks of the multi-tensor kernel), b1,
+ * w2 [AO,AH] and w3 [AK,AO] (15: not a multiple of 4, the scalar path) to g. */
+static void autocast_grads(dlt_ctx *ctx, int32_t dt, const float *x, const float *w1, const float *b1,
+                           const float *w2, const float *w3, float *g) {
+    const int64_t xs[2] = {AB, AD}, w1s[2] = {AH, AD}, b1s[1] = {AH}, w2s[2] = {AO, AH},
+                  w3s[2] = {AK, AO}, ys[1] = {AB};
+    int64_t labels[AB];
+    for (int i = 0; i < AB; i++) labels[i] = i % AK;
+    dlt_tensor *p[4] = {param_from(ctx, w1s, 2, 0, w1), param_from(ctx, b1s, 1, 0, b1),
+                        param_from(ctx, w2s, 2, 0, w2), param_from(ctx, w3s, 2, 0, w3)};
+    dlt_tensor *xt = NULL, *y = NULL;
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, xs, 2, 0, x, AB * AD * sizeof(float), &xt));
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_I64, ys, 1, 0, labels, sizeof labels, &y));
+    for (int rep = 0; rep < 2; rep++) {
+        dlt_tensor *h = NULL, *r = NULL, *o = NULL, *r2 = NULL, *logits = NULL, *loss = NULL;
+        CHECK_OK(dlt_autocast_begin(ctx, dt));
+        CHECK_OK(dlt_linear(xt, p[0], p[1], &h));
+        CHECK_OK(dlt_relu(h, &r));
+        CHECK_OK(dlt_linear(r, p[2], NULL, &o));
+        CHECK_OK(dlt_relu(o, &r2));
+        CHECK_OK(dlt_linear(r2, p[3], NULL, &logits));
+        CHECK_OK(dlt_cross_entropy(logits, y, -100, DLT_REDUCTION_MEAN, &loss));
+        CHECK_OK(dlt_autocast_end(ctx));
+        CHECK_OK(dlt_backward(loss, NULL));
+        dlt_tensor *ts[6] = {h, r, o, r2, logits, loss};
+        for (int i = 0; i < 6; i++) dlt_tensor_release(ts[i]);
+    }
+    int64_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        const dlt_tensor *gr = dlt_tensor_grad(p[i]); /* borrowed */
+        REQUIRE(gr && dlt_tensor_dtype(gr) == DLT_F32);
+        CHECK_OK(dlt_tensor_copy_to_host(gr, g + off, dlt_tensor_nbytes(gr)));
+        off += dlt_tensor_numel(gr);
+        dlt_tensor_release(p[i]);
+    }
+    dlt_tensor_release(xt);
+    dlt_tensor_release(y);
+}
+
+static void test_autocast_weight_grads_vs_cpu(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    enum { NG = AH * AD + AH + AO * AH + AK * AO };
+    static float x[AB * AD], w1[AH * AD], b1[AH], w2[AO * AH], w3[AK * AO], gc[NG], gg[NG];
+    for (int i = 0; i < AB * AD; i++) x[i] = frand();
+    for (int i = 0; i < AH * AD; i++) w1[i] = frand() * 0.1f;
+    for (int i = 0; i < AH; i++) b1[i] = frand() * 0.1f;
+    for (int i = 0; i < AO * AH; i++) w2[i] = frand() * 0.3f;
+    for (int i = 0; i < AK * AO; i++) w3[i] = frand();
+    static const char *names[4] = {"w1", "b1", "w2", "w3"};
+    const int64_t sizes[4] = {AH * AD, AH, AO * AH, AK * AO};
+    for (int k = 0; k < 2; k++) {
+        const int32_t dt = k ? DLT_BF16 : DLT_F16;
+        autocast_grads(cpu, dt, x, w1, b1, w2, w3, gc);
+        autocast_grads(cu, dt, x, w1, b1, w2, w3, gg);
+        int64_t off = 0;
+        for (int i = 0; i < 4; i++) {
+            const double e = th_rel_err_f(gg + off, gc + off, sizes[i]);
+            double norm = 0;
+            for (int64_t j = 0; j < sizes[i]; j++) norm += fabs(gc[off + j]);
+            /* the backends round different fp32 sums to 16 bits: a few units in the last place */
+            CHECK(e <= (k ? 2e-2 : 3e-3) && norm > 0, "%s %s: rel err %.3g (|g|_1 %.3g)", k ? "bf16" : "f16",
+                  names[i], e, norm);
+            off += sizes[i];
+        }
+    }
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
 /* ---- a whole training step captured as a CUDA graph ---- */
 
 typedef struct net {
@@ -431,7 +506,9 @@ static void check_nets_equal(net *a, net *b, const char *when) {
           lb, (long long)ca, (long long)cb);
 }
 
-static void test_capture_whole_step(void) {
+/* The whole-step test, with the step's memory in the graph's arena (the default) or left
+ * to the driver (DLT_GRAPH_ARENA=0). */
+static void capture_whole_step(int arena) {
     CUDA_CTX_OR_SKIP(cu);
     static float x[NB * ND], w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
     static int32_t y[NB];
@@ -447,7 +524,10 @@ static void test_capture_whole_step(void) {
     dlt_set_log_callback(keep_log, NULL);
     dlt_graph *graph = NULL;
     g_log[0] = '\0';
-    CHECK_OK(dlt_graph_create(cu, net_step, &g, 2, &graph));
+    if (!arena) setenv("DLT_GRAPH_ARENA", "0", 1); /* read at the context's first graph */
+    dlt_status st = dlt_graph_create(cu, net_step, &g, 2, &graph);
+    unsetenv("DLT_GRAPH_ARENA");
+    CHECK_OK(st);
     dlt_set_log_callback(NULL, NULL);
     REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_log);
     printf("# captured step: %lld graph nodes\n", (long long)dlt_graph_num_nodes(graph));
@@ -500,12 +580,98 @@ static void test_capture_whole_step(void) {
     dlt_ctx_destroy(cu);
 }
 
+static void test_capture_whole_step(void) { capture_whole_step(1); }
+static void test_capture_whole_step_driver_memory(void) { capture_whole_step(0); }
+
+/* ---- the graph's arena: a tensor the captured step hands out ---- */
+
+enum { KN = 4096 };
+
+typedef struct kept_state {
+    dlt_tensor *x;
+    dlt_tensor *out[4]; /* one per call of the step: 2 warm-up, 1 captured */
+    int calls;
+} kept_state;
+
+/* out = relu(x + x), through a temporary; the result is handed to the caller, who releases
+ * it (a release inside the step would free the previous call's memory in the graph). */
+static dlt_status kept_step(void *user) {
+    kept_state *k = user;
+    if (k->calls >= 4) return DLT_ERR_INVALID_STATE;
+    dlt_tensor *sum = NULL;
+    dlt_status st = dlt_add(k->x, k->x, &sum);
+    if (st == DLT_OK) st = dlt_relu(sum, &k->out[k->calls++]);
+    dlt_tensor_release(sum);
+    return st;
+}
+
+static char g_logs[4096];
+static void append_log(int32_t level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    const size_t n = strlen(g_logs);
+    snprintf(g_logs + n, sizeof g_logs - n, "%s\n", msg);
+}
+
+static void check_kept(const kept_state *k, const float *x, const char *when) {
+    float got[KN];
+    CHECK_OK(dlt_tensor_copy_to_host(k->out[2], got, sizeof got));
+    int bad = 0;
+    for (int i = 0; i < KN; i++) bad += got[i] != (x[i] > 0 ? 2 * x[i] : 0.0f);
+    CHECK(bad == 0, "%s: %d of %d values differ from relu(2x)", when, bad, KN);
+}
+
+static void test_graph_arena_output_outlives_graph(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static float x[KN];
+    for (int i = 0; i < KN; i++) x[i] = frand();
+    const int64_t shape[1] = {KN};
+    kept_state k;
+    memset(&k, 0, sizeof k);
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, shape, 1, 0, x, sizeof x, &k.x));
+    g_logs[0] = '\0';
+    dlt_set_log_callback(append_log, NULL);
+    dlt_graph *graph = NULL;
+    dlt_status st = dlt_graph_create(cu, kept_step, &k, 2, &graph);
+    dlt_set_log_callback(NULL, NULL);
+    CHECK_OK(st);
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "not captured: %s", g_logs);
+    REQUIRE(k.calls == 3);
+    /* sized by the last warm-up call: the temporary and the output, 16 KiB each */
+    CHECK(strstr(g_logs, "graph memory: 0.0 MiB arena") && strstr(g_logs, ", 0 allocations outside it"),
+          "log: %s", g_logs);
+    /* each replay rewrites the captured call's output in place */
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < KN; i++) x[i] = frand();
+        CHECK_OK(dlt_tensor_copy_from_host(k.x, x, sizeof x));
+        CHECK_OK(dlt_graph_run(graph));
+        check_kept(&k, x, r ? "second replay" : "first replay");
+    }
+    dlt_graph_destroy(graph);
+    /* the arena stays while the output lives */
+    check_kept(&k, x, "after the graph was destroyed");
+    for (int i = 0; i < 2; i++) dlt_tensor_release(k.out[i]);
+    CHECK_OK(dlt_ctx_synchronize(cu));
+    uint64_t before = 0, after = 0;
+    CHECK_OK(dlt_memory_stat(cu, DLT_MEM_ALLOCATED, &before));
+    dlt_tensor_release(k.out[2]);
+    CHECK_OK(dlt_ctx_synchronize(cu));
+    CHECK_OK(dlt_memory_stat(cu, DLT_MEM_ALLOCATED, &after));
+    CHECK(before - after >= 2 * sizeof x, "releasing the last block gave back %llu bytes, not the arena",
+          (unsigned long long)(before - after));
+    dlt_tensor_release(k.x);
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     RUN(test_sgd_all_options);
     RUN(test_multi_tensor_many_params);
     RUN(test_lp_copy_refresh);
     RUN(test_scaler_vs_cpu);
     RUN(test_schedules_vs_cpu);
+    RUN(test_autocast_weight_grads_vs_cpu);
     RUN(test_capture_whole_step);
+    RUN(test_capture_whole_step_driver_memory);
+    RUN(test_graph_arena_output_outlives_graph);
     return th_done();
 }

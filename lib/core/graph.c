@@ -35,7 +35,10 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
      * the capture must find cuDNN's plans and the workspace sized for them) */
     ctx->graph_warmup = 1;
     for (int32_t i = 0; i < warmup; i++) {
+        const int trace = i == warmup - 1 && ctx->be->capture_trace;
+        if (trace) ctx->be->capture_trace(ctx, 1);
         dlt_status st = step(user);
+        if (trace) ctx->be->capture_trace(ctx, 0);
         if (st != DLT_OK) {
             ctx->graph_warmup = 0;
             free(g);

@@ -6,7 +6,9 @@
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
 #   env:   STAGES="build test memcheck example fixtures interop" (default: those; also
 #          sanitize longrun detcost startup bnimpl memcap bench profile autotune parity)
-#          MEMCAP="-/- 8388608/4194304" (DLT_GRAD_QUEUE_MAX/DLT_WORKSPACE_MAX, - = unset)
+#          MEMCAP="-/- 8388608/4194304 -/-/0" (DLT_GRAD_QUEUE_MAX/DLT_WORKSPACE_MAX[/DLT_GRAPH_ARENA],
+#          - = unset)
+#          MEMCAP_AMP=fp16,bf16  AUTOTUNE_AMP=fp16
 #          BNIMPL_MAX="0 default 1000000000 0/4194304" (DLT_BN_NATIVE_MAX values, F/B for
 #          forward/backward apart)  BNIMPL_AMP=fp16
 #          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
@@ -178,15 +180,16 @@ if has memcap; then
   # limit, alone and together ("Q/W" bytes, "-" for unset)
   t=$(date +%s)
   for m in ${MEMCAP:-"-/-" "8388608/-" "-/4194304" "8388608/4194304" "4194304/4194304"}; do
-    q=${m%/*}; w=${m#*/}
-    echo "## DLT_GRAD_QUEUE_MAX=$q DLT_WORKSPACE_MAX=$w"
+    IFS=/ read -r q w a <<<"$m"; a=${a:--}
+    echo "## DLT_GRAD_QUEUE_MAX=$q DLT_WORKSPACE_MAX=$w DLT_GRAPH_ARENA=$a"
     e=()
     [ "$q" != - ] && e+=("DLT_GRAD_QUEUE_MAX=$q")
     [ "$w" != - ] && e+=("DLT_WORKSPACE_MAX=$w")
-    env "${e[@]}" build-gpu/examples/bench --batch 256 --amp fp16,bf16 --format nhwc --mode graph
+    [ "$a" != - ] && e+=("DLT_GRAPH_ARENA=$a")
+    env "${e[@]}" build-gpu/examples/bench --batch ${MEMCAP_BATCHES:-256} --amp ${MEMCAP_AMP:-fp16,bf16} --format nhwc --mode graph --log
   done >"$OUT/memcap.txt" 2>&1
   note "memory caps ($(( $(date +%s) - t )) s):"
-  grep -E '^(##|\| [0-9])' "$OUT/memcap.txt" | sed 's/^/   /'
+  grep -E '^(##|\| [0-9])|graph memory' "$OUT/memcap.txt" | sed 's/^/   /'
 fi
 
 if has bench; then
@@ -225,8 +228,9 @@ fi
 
 if has autotune; then
   t=$(date +%s)
-  DLT_CUDNN_AUTOTUNE=1 build-gpu/examples/bench --batch 256 --amp fp16 --format nhwc --mode graph >"$OUT/bench-autotune.txt" 2>&1
-  note "bench with DLT_CUDNN_AUTOTUNE=1 ($(( $(date +%s) - t )) s): $(grep -E '^\| 256' "$OUT/bench-autotune.txt" | tr -s ' ')"
+  DLT_CUDNN_AUTOTUNE=1 build-gpu/examples/bench --batch 256 --amp ${AUTOTUNE_AMP:-fp16} --format nhwc --mode graph >"$OUT/bench-autotune.txt" 2>&1
+  note "bench with DLT_CUDNN_AUTOTUNE=1 ($(( $(date +%s) - t )) s):"
+  grep -E '^\| 256' "$OUT/bench-autotune.txt" | tr -s ' ' | sed 's/^/   /'
 fi
 
 if has parity && [ -f tests/interop/torch_train_parity.py ]; then
