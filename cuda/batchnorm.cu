@@ -154,6 +154,16 @@ __device__ __forceinline__ void running_update(float *rm, float *rv, int64_t c, 
     }
 }
 
+/* mean and biased variance of n values from their sums shifted by `shift` (s1 = sum(x -
+ * shift), s2 = sum((x - shift)^2)); both finishing paths use it, so they agree bit for bit */
+__device__ __forceinline__ void stats_from_shifted(double s1, double s2, double n, double shift,
+                                                   double &mean, double &var) {
+    const double dm = s1 / n;
+    var = s2 / n - dm * dm;
+    if (var < 0.0) var = 0.0;
+    mean = shift + dm;
+}
+
 /* batch statistics from the partials; running stats updated when given */
 template <typename T>
 __global__ void bn_stats_finish(const float *part, int32_t splits, const T *x, int64_t C, int64_t HW,
@@ -161,13 +171,9 @@ __global__ void bn_stats_finish(const float *part, int32_t splits, const T *x, i
                                 float *invstd_out, float *rm, float *rv) {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    double s1, s2;
+    double s1, s2, mean, var;
     sum_parts(part, splits, C, c, s1, s2);
-    const double n = (double)M, shift = (double)to_f<T>(x[cl ? c : c * HW]);
-    const double dm = s1 / n;
-    double var = s2 / n - dm * dm;
-    if (var < 0.0) var = 0.0;
-    const double mean = shift + dm;
+    stats_from_shifted(s1, s2, (double)M, (double)to_f<T>(x[cl ? c : c * HW]), mean, var);
     mean_out[c] = (float)mean;
     invstd_out[c] = (float)(1.0 / sqrt(var + eps));
     running_update(rm, rv, c, mean, var, M, momentum);
@@ -627,11 +633,8 @@ template <typename T, int MODE> __global__ void __launch_bounds__(FAST_THREADS) 
         }
         const double n = (double)a.M;
         if (MODE == RED_STATS) {
-            const double shift = (double)fin_shift;
-            const double dm = t1 / n;
-            double var = t2 / n - dm * dm;
-            if (var < 0.0) var = 0.0;
-            const double mean = shift + dm;
+            double mean, var;
+            stats_from_shifted(t1, t2, n, (double)fin_shift, mean, var);
             const float is = (float)(1.0 / sqrt(var + a.eps));
             if (a.save_mean) a.save_mean[c] = (float)mean;
             if (a.save_invstd) a.save_invstd[c] = is;
@@ -1385,6 +1388,32 @@ void spec_fwd(BnSpec &s, int fused, dlt_tensor *y, const dlt_tensor *x, const dl
     if (fused && res) bind(s, U_RES, dlt__data(res));
 }
 
+/* The first of `variants` (best first) that has a plan, described in `what`. *plan NULL:
+ * our kernels run instead, because the plans are still being built in the background or
+ * because there is none (an error instead with DLT_BN_IMPL=cudnn). */
+dlt_status choose_plan(dlt_ctx *ctx, const dlt_cudnn_settings *set, const BnSpec *variants, int nv,
+                       const char *func, char *what, size_t what_len, dlt_cudnn_plan **plan,
+                       BnSpec *chosen) {
+    *plan = NULL;
+    int pending = 0;
+    DLT_CHECK(async_gate(ctx, set, variants, nv, &pending));
+    if (pending) return DLT_OK;
+    int vi = 0;
+    for (; vi < nv; vi++) {
+        describe(what, what_len, variants[vi]);
+        DLT_CHECK(get_plan(ctx, variants[vi], what, vi + 1 < nv, plan));
+        if (*plan) break;
+    }
+    *chosen = variants[vi < nv ? vi : nv - 1];
+    if (*plan || set->bn_impl != DLT_IMPL_CUDNN) return DLT_OK;
+    dlt_cudnn_key key;
+    dlt_cudnn_plan *e = NULL;
+    make_key(&key, ctx, *chosen);
+    DLT_CHECK(dlt__cudnn_cache_find(ctx, &key, &e));
+    return e ? dlt__cudnn_plan_error(e, func, what)
+             : dlt__err(DLT_ERR_NOT_SUPPORTED, func, "%s: no cuDNN plan", what);
+}
+
 /* cuDNN forward (training or inference). *done = 0 when the caller must use our kernels. */
 dlt_status cudnn_fwd(dlt_ctx *ctx, const dlt_cudnn_settings *set, int phase, dlt_tensor *y,
                      const dlt_tensor *x, const dlt_tensor *res, int relu, const dlt_tensor *gamma,
@@ -1407,28 +1436,10 @@ dlt_status cudnn_fwd(dlt_ctx *ctx, const dlt_cudnn_settings *set, int phase, dlt
         spec_fwd(variants[nv], attempt, y, x, res, relu, gamma, beta, mean, invstd ? invstd : (void *)16,
                  rm, rv, running, momentum, eps);
     }
-    int pending = 0;
-    DLT_CHECK(async_gate(ctx, set, variants, nv, &pending));
-    if (pending) return DLT_OK; /* our kernels while cuDNN builds the plan */
-    int vi = 0;
-    for (; vi < nv; vi++) {
-        describe(what, sizeof what, variants[vi]);
-        DLT_CHECK(get_plan(ctx, variants[vi], what, vi + 1 < nv, &plan));
-        if (plan) break;
-    }
-    BnSpec s = variants[vi < nv ? vi : nv - 1];
+    BnSpec s;
+    DLT_CHECK(choose_plan(ctx, set, variants, nv, F_FWD, what, sizeof what, &plan, &s));
+    if (!plan) return DLT_OK; /* our kernels: the plan is being built, or there is none */
     const int fused = s.fused;
-    if (!plan) {
-        if (set->bn_impl == DLT_IMPL_CUDNN) {
-            dlt_cudnn_key key;
-            dlt_cudnn_plan *e = NULL;
-            make_key(&key, ctx, s);
-            DLT_CHECK(dlt__cudnn_cache_find(ctx, &key, &e));
-            return e ? dlt__cudnn_plan_error(e, F_FWD, what)
-                     : dlt__err(DLT_ERR_NOT_SUPPORTED, F_FWD, "%s: no cuDNN plan", what);
-        }
-        return DLT_OK;
-    }
     /* workspace: the plan's, then (inference without save_invstd) C floats for invstd */
     const size_t off = dlt__cudnn_round256((size_t)plan->workspace);
     void *ws = NULL;
@@ -1501,28 +1512,10 @@ dlt_status cudnn_bwd(dlt_ctx *ctx, const dlt_cudnn_settings *set, dlt_tensor *dx
                  save_mean, save_invstd, direct_params ? dlt__data(dgamma) : ws_stand_in,
                  direct_params ? dlt__data(dbeta) : ws_stand_in, y, dres);
     }
-    int pending = 0;
-    DLT_CHECK(async_gate(ctx, set, variants, nv, &pending));
-    if (pending) return DLT_OK; /* our kernels while cuDNN builds the plan */
-    int vi = 0;
-    for (; vi < nv; vi++) {
-        describe(what, sizeof what, variants[vi]);
-        DLT_CHECK(get_plan(ctx, variants[vi], what, vi + 1 < nv, &plan));
-        if (plan) break;
-    }
-    BnSpec s = variants[vi < nv ? vi : nv - 1];
+    BnSpec s;
+    DLT_CHECK(choose_plan(ctx, set, variants, nv, F_BWD, what, sizeof what, &plan, &s));
+    if (!plan) return DLT_OK; /* our kernels: the plan is being built, or there is none */
     const int fused = s.fused;
-    if (!plan) {
-        if (set->bn_impl == DLT_IMPL_CUDNN) {
-            dlt_cudnn_key key;
-            dlt_cudnn_plan *e = NULL;
-            make_key(&key, ctx, s);
-            DLT_CHECK(dlt__cudnn_cache_find(ctx, &key, &e));
-            return e ? dlt__cudnn_plan_error(e, F_BWD, what)
-                     : dlt__err(DLT_ERR_NOT_SUPPORTED, F_BWD, "%s: no cuDNN plan", what);
-        }
-        return DLT_OK;
-    }
     /* workspace: [plan][dscale][dbias temporaries][masked dy when it has nowhere else to go],
      * each 256-byte aligned (the plan was built for 16-byte aligned temporaries) */
     const size_t off_params = dlt__cudnn_round256((size_t)plan->workspace);
