@@ -257,8 +257,10 @@ static dlt_status cuda_synchronize(dlt_ctx *ctx) {
     return DLT_OK;
 }
 
-/* Memory a captured graph allocates lives in the device's graph pool, not ours: both are
- * counted, so a graphed step reports what it really uses. */
+/* A captured step's memory is an arena from our pool (graph.c); with DLT_GRAPH_ARENA=0 it
+ * lives in the device's graph memory, not ours: both are counted, so a graphed step reports
+ * what it really uses. (The graph attributes are per device: with several contexts on one
+ * device, each sees the others' driver-placed graph memory too.) */
 static dlt_status cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out) {
     dlt_cuda_state *s = dlt__cu(ctx);
     enum cudaMemPoolAttr attr;

@@ -268,6 +268,10 @@ void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec) {
     if (ge->arena) {
         ge->arena->owned = 0;
         arena_release_if_unused(ctx, ge->arena);
+    } else if (cudaDeviceGraphMemTrim(s->device) != cudaSuccess) {
+        /* the driver keeps a destroyed graph's memory for the device's next graph (and counts
+         * it as used) until trimmed */
+        (void)cudaGetLastError();
     }
     free(ge);
 }
