@@ -11,6 +11,12 @@
  * (the loader's, a module's), and release what it creates. Values the step needs to change
  * live on the device (the loss scale, the learning rate, the loader's batch cursor).
  *
+ * Memory: what the captured call allocates lives in one buffer per graph, sized by the last
+ * warm-up call (the same allocation sequence is placed the same way), so the graph holds
+ * what the step has live at once. With warmup 0 the CUDA driver places it instead. A tensor
+ * the captured call creates and hands out is rewritten by every replay and stays valid
+ * until released, also after dlt_graph_destroy.
+ *
  * When capture is impossible (CPU context, an op that cannot be captured, a host read in
  * the step), the graph runs the callback eagerly on every dlt_graph_run instead, and the
  * log callback (core.h) receives a warning naming the reason; dlt_graph_is_captured says
