@@ -663,6 +663,55 @@ static void test_graph_arena_output_outlives_graph(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* A step that reads a value back on the host cannot be captured: dlt_graph_create falls
+ * back to eager calls with a warning, and the arena made for the capture is given back. */
+typedef struct host_read_state {
+    dlt_tensor *x;
+    float got[KN];
+} host_read_state;
+
+static dlt_status host_read_step(void *user) {
+    host_read_state *h = user;
+    dlt_tensor *sum = NULL;
+    dlt_status st = dlt_add(h->x, h->x, &sum);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(sum, h->got, sizeof h->got);
+    dlt_tensor_release(sum);
+    return st;
+}
+
+static void test_graph_capture_failure_gives_arena_back(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static float x[KN];
+    for (int i = 0; i < KN; i++) x[i] = frand();
+    const int64_t shape[1] = {KN};
+    static host_read_state h;
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, shape, 1, 0, x, sizeof x, &h.x));
+    CHECK_OK(dlt_ctx_synchronize(cu));
+    uint64_t before = 0, after = 0;
+    CHECK_OK(dlt_memory_stat(cu, DLT_MEM_ALLOCATED, &before));
+    g_logs[0] = '\0';
+    dlt_set_log_callback(append_log, NULL);
+    dlt_graph *graph = NULL;
+    dlt_status st = dlt_graph_create(cu, host_read_step, &h, 2, &graph);
+    dlt_set_log_callback(NULL, NULL);
+    CHECK_OK(st);
+    CHECK(dlt_graph_is_captured(graph) == 0, "a host read was captured");
+    CHECK(strstr(g_logs, "capture failed") != NULL, "log: %s", g_logs);
+    /* eager from now on: each run computes and reads back */
+    x[5] = 3.0f;
+    CHECK_OK(dlt_tensor_copy_from_host(h.x, x, sizeof x));
+    memset(h.got, 0, sizeof h.got);
+    CHECK_OK(dlt_graph_run(graph));
+    CHECK(h.got[5] == 6.0f && h.got[KN - 1] == 2 * x[KN - 1], "eager run: %g %g", h.got[5], h.got[KN - 1]);
+    dlt_graph_destroy(graph);
+    CHECK_OK(dlt_ctx_synchronize(cu));
+    CHECK_OK(dlt_memory_stat(cu, DLT_MEM_ALLOCATED, &after));
+    CHECK(after == before, "%llu bytes allocated before the graph, %llu after it", (unsigned long long)before,
+          (unsigned long long)after);
+    dlt_tensor_release(h.x);
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     RUN(test_sgd_all_options);
     RUN(test_multi_tensor_many_params);
@@ -673,5 +722,6 @@ int main(void) {
     RUN(test_capture_whole_step);
     RUN(test_capture_whole_step_driver_memory);
     RUN(test_graph_arena_output_outlives_graph);
+    RUN(test_graph_capture_failure_gives_arena_back);
     return th_done();
 }
