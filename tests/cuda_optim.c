@@ -478,11 +478,21 @@ static void net_free(net *n) {
     dlt_tensor_release(n->b2);
 }
 
-static char g_log[512];
-static void keep_log(int32_t level, const char *msg, void *user) {
+static char g_logs[4096]; /* the library's log lines during the last graph_create_logged */
+static void append_log(int32_t level, const char *msg, void *user) {
     (void)level;
     (void)user;
-    snprintf(g_log, sizeof g_log, "%s", msg);
+    const size_t n = strlen(g_logs);
+    snprintf(g_logs + n, sizeof g_logs - n, "%s\n", msg);
+}
+
+/* dlt_graph_create with two warm-up calls, collecting the log lines in g_logs */
+static dlt_status graph_create_logged(dlt_ctx *ctx, dlt_step_fn step, void *user, dlt_graph **out) {
+    g_logs[0] = '\0';
+    dlt_set_log_callback(append_log, NULL);
+    const dlt_status st = dlt_graph_create(ctx, step, user, 2, out);
+    dlt_set_log_callback(NULL, NULL);
+    return st;
 }
 
 static void check_nets_equal(net *a, net *b, const char *when) {
@@ -521,15 +531,12 @@ static void capture_whole_step(int arena) {
     net g, e;
     net_make(&g, cu, x, y, w1, b1, w2, b2);
     net_make(&e, cu, x, y, w1, b1, w2, b2);
-    dlt_set_log_callback(keep_log, NULL);
     dlt_graph *graph = NULL;
-    g_log[0] = '\0';
     if (!arena) setenv("DLT_GRAPH_ARENA", "0", 1); /* read at the context's first graph */
-    dlt_status st = dlt_graph_create(cu, net_step, &g, 2, &graph);
+    dlt_status st = graph_create_logged(cu, net_step, &g, &graph);
     unsetenv("DLT_GRAPH_ARENA");
     CHECK_OK(st);
-    dlt_set_log_callback(NULL, NULL);
-    REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_log);
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_logs);
     printf("# captured step: %lld graph nodes\n", (long long)dlt_graph_num_nodes(graph));
     for (int i = 0; i < 2; i++) CHECK_OK(net_step(&e)); /* the eager twin's warm-up */
     for (int r = 0; r < 5; r++) {
@@ -605,14 +612,6 @@ static dlt_status kept_step(void *user) {
     return st;
 }
 
-static char g_logs[4096];
-static void append_log(int32_t level, const char *msg, void *user) {
-    (void)level;
-    (void)user;
-    const size_t n = strlen(g_logs);
-    snprintf(g_logs + n, sizeof g_logs - n, "%s\n", msg);
-}
-
 static void check_kept(const kept_state *k, const float *x, const char *when) {
     float got[KN];
     CHECK_OK(dlt_tensor_copy_to_host(k->out[2], got, sizeof got));
@@ -629,12 +628,8 @@ static void test_graph_arena_output_outlives_graph(void) {
     kept_state k;
     memset(&k, 0, sizeof k);
     CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, shape, 1, 0, x, sizeof x, &k.x));
-    g_logs[0] = '\0';
-    dlt_set_log_callback(append_log, NULL);
     dlt_graph *graph = NULL;
-    dlt_status st = dlt_graph_create(cu, kept_step, &k, 2, &graph);
-    dlt_set_log_callback(NULL, NULL);
-    CHECK_OK(st);
+    CHECK_OK(graph_create_logged(cu, kept_step, &k, &graph));
     REQUIRE(dlt_graph_is_captured(graph) == 1, "not captured: %s", g_logs);
     REQUIRE(k.calls == 3);
     /* sized by the last warm-up call: the temporary and the output, 16 KiB each */
@@ -689,12 +684,8 @@ static void test_graph_capture_failure_gives_arena_back(void) {
     CHECK_OK(dlt_ctx_synchronize(cu));
     uint64_t before = 0, after = 0;
     CHECK_OK(dlt_memory_stat(cu, DLT_MEM_ALLOCATED, &before));
-    g_logs[0] = '\0';
-    dlt_set_log_callback(append_log, NULL);
     dlt_graph *graph = NULL;
-    dlt_status st = dlt_graph_create(cu, host_read_step, &h, 2, &graph);
-    dlt_set_log_callback(NULL, NULL);
-    CHECK_OK(st);
+    CHECK_OK(graph_create_logged(cu, host_read_step, &h, &graph));
     CHECK(dlt_graph_is_captured(graph) == 0, "a host read was captured");
     CHECK(strstr(g_logs, "capture failed") != NULL, "log: %s", g_logs);
     /* eager from now on: each run computes and reads back */
