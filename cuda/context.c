@@ -199,10 +199,13 @@ static dlt_status cuda_device_name(dlt_ctx *ctx, char *buf, size_t n) {
     return DLT_OK;
 }
 
+/* 256-byte granularity keeps every tensor aligned for vector loads and cuDNN; the graph
+ * arena places blocks of this size, so alloc and free must agree on it */
+static size_t block_bytes(size_t nbytes) { return nbytes ? (nbytes + 255) & ~(size_t)255 : 256; }
+
 static dlt_status cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
     dlt_cuda_state *s = dlt__cu(ctx);
-    /* 256-byte granularity keeps every tensor aligned for vector loads and cuDNN */
-    size_t rounded = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
+    const size_t rounded = block_bytes(nbytes);
     if (s->gmem && dlt__cuda_gmem_alloc(ctx, rounded, ptr)) {
         s->live_allocs++;
         return DLT_OK;
@@ -223,9 +226,8 @@ static dlt_status cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
 static void cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (!ptr || !s) return;
-    const size_t rounded = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
-    if (!(s->gmem && dlt__cuda_gmem_free(ctx, ptr, rounded)) && cudaFreeAsync(ptr, s->stream) != cudaSuccess)
-        (void)cudaGetLastError();
+    const int arena_block = s->gmem && dlt__cuda_gmem_free(ctx, ptr, block_bytes(nbytes));
+    if (!arena_block && cudaFreeAsync(ptr, s->stream) != cudaSuccess) (void)cudaGetLastError();
     s->live_allocs--;
 }
 

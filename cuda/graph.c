@@ -68,7 +68,7 @@ static graph_arena *arena_of(struct dlt_graph_mem *m, const void *ptr) {
  * (capture_end sweeps what was left). */
 static void arena_release_if_unused(dlt_ctx *ctx, graph_arena *a) {
     dlt_cuda_state *s = dlt__cu(ctx);
-    if (a->owned || dlt__arena_live(a->place) != 0 || s->gmem->filling || ctx->capturing) return;
+    if (a->owned || dlt__arena_live(a->place) != 0 || ctx->capturing) return;
     for (graph_arena **p = &s->gmem->arenas; *p; p = &(*p)->next)
         if (*p == a) {
             *p = a->next;
