@@ -18,6 +18,9 @@ An exception raised by the step aborts creation or the eager run with it: the bi
 returns a failure status to the library and re-raises the original exception.
 On a CPU context, or when capture is impossible, the step runs eagerly on every run()
 (is_captured is False; the log callback receives the reason).
+What the captured call allocates lives in one buffer per graph, sized by the last warm-up
+call; a tensor the captured call keeps is rewritten by every replay and stays valid until
+released, also after the graph is gone.
 """
 
 import ctypes
