@@ -1,15 +1,21 @@
 /*
  * cross_entropy.cu - CUDA cross-entropy (log-softmax + NLL, PyTorch's F.cross_entropy
- * without weights or label smoothing) forward and backward, and the accuracy counter.
+ * without class weights) forward and backward, and the accuracy counter.
  *
- * logits [N,K] row-major in any float dtype, targets [N] int32 or int64. Math in fp32:
- *   lse_i  = max_i + log(sum_j exp(x_ij - max_i))      (max-subtracted, one warp per row)
- *   loss_i = lse_i - x_i,t_i                           (rows with t_i == ignore_index: none)
- *   loss   = sum_i loss_i / count (mean) or sum_i loss_i (sum); count = non-ignored rows,
- *            so a mean over no rows is 0/0 = NaN, as in PyTorch.
- * saved (f32 [N+1]) receives lse_i for every row and then count; backward needs nothing
- * else: dlogits_ij = g * (exp(x_ij - lse_i) - [j == t_i]), g = dloss / count (mean) or
- * dloss (sum), and 0 on ignored rows. dloss and count are read on the device: no sync.
+ * logits [N,K] row-major in any float dtype, of which the first C = n_classes columns are
+ * classes (the rest: vocabulary padding, no probability, zero gradient); targets [N] int32
+ * or int64; label smoothing ls (dlt_ce_params). Math in fp32, never materialised:
+ *   lse_i  = max_i + log(sum_j<C exp(x_ij - max_i))    (max-subtracted, one warp per row)
+ *   loss_i = (1-ls) (lse_i - x_i,t_i) + ls (lse_i - mean_j<C x_ij)   (ignored rows: none)
+ *   loss   = sum_i loss_i / count (mean), sum_i loss_i (sum), or loss_i per row (none, 0 for
+ *            ignored rows); count = non-ignored rows, so a mean over no rows is 0/0 = NaN,
+ *            as in PyTorch.
+ * saved (f32 [2N+1]) receives lse_i for every row, then count, then (with ls != 0 or
+ * reduction none, on the grid path) loss_i; backward needs nothing else:
+ * dlogits_ij = g * (exp(x_ij - lse_i) - (1-ls)[j == t_i] - ls/C), g = dloss / count (mean),
+ * dloss (sum) or dloss_i (none), and 0 on ignored rows and padded columns. dloss and count
+ * are read on the device: no sync. With ls = 0 and all columns classes the arithmetic is
+ * the same as before label smoothing existed (same bits).
  *
  * Out-of-range targets (not ignore_index, outside [0, K)): the CPU backend reports an
  * error, but checking here would need a device-to-host sync in every step. Instead such a
@@ -49,30 +55,45 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* log-sum-exp of one row, computed by a whole warp; every lane gets the result. */
+struct CeArgs {
+    int64_t ignore;
+    int64_t C;     /* classes: the first C columns */
+    float ls;      /* label smoothing */
+    int reduction; /* DLT_REDUCTION_* */
+};
+
+/* log-sum-exp of one row's first C values, computed by a whole warp; every lane gets the
+ * result, and *sum the sum of the values when asked (label smoothing). */
 template <typename T>
-__device__ __forceinline__ float row_lse(const T *__restrict__ row, int64_t K, int lane) {
-    float m = -INFINITY;
-    for (int64_t j = lane; j < K; j += 32) m = nan_max(m, to_f<T>(row[j]));
+__device__ __forceinline__ float row_lse(const T *__restrict__ row, int64_t C, int lane, float *sum) {
+    float m = -INFINITY, sx = 0.0f;
+    for (int64_t j = lane; j < C; j += 32) {
+        const float v = to_f<T>(row[j]);
+        m = nan_max(m, v);
+        if (sum) sx += v;
+    }
     m = warp_max(m);
     float s = 0.0f;
-    for (int64_t j = lane; j < K; j += 32) s += expf(to_f<T>(row[j]) - m);
+    for (int64_t j = lane; j < C; j += 32) s += expf(to_f<T>(row[j]) - m);
     s = warp_sum(s);
+    if (sum) *sum = warp_sum(sx);
     return m + logf(s);
 }
 
-/* Loss of row i given its lse; *counted = 1 unless the row is ignored. */
+/* Loss of row i given its lse (and row sum sx for smoothing); *counted = 1 unless ignored. */
 template <typename T, typename I>
 __device__ __forceinline__ float row_loss(const T *__restrict__ x, const I *__restrict__ tg, int64_t i,
-                                          int64_t K, int64_t ignore, float lse, int *counted) {
+                                          int64_t K, const CeArgs &a, float lse, float sx, int *counted) {
     const int64_t t = (int64_t)tg[i];
-    if (t == ignore) {
+    if (t == a.ignore) {
         *counted = 0;
         return 0.0f;
     }
     *counted = 1;
-    if (t < 0 || t >= K) return NAN; /* see the file comment */
-    return lse - to_f<T>(x[i * K + t]);
+    if (t < 0 || t >= a.C) return NAN; /* see the file comment */
+    float li = lse - to_f<T>(x[i * K + t]);
+    if (a.ls != 0.0f) li = (1.0f - a.ls) * li + a.ls * (lse - sx / (float)a.C);
+    return li;
 }
 
 /* Single block: warps own rows warp, warp + nwarps, ...; per-warp partials are added in
@@ -80,18 +101,21 @@ __device__ __forceinline__ float row_loss(const T *__restrict__ x, const I *__re
 template <typename T, typename I>
 __global__ void ce_fwd_fused_kernel(float *__restrict__ loss, float *__restrict__ saved,
                                     const T *__restrict__ x, const I *__restrict__ tg, int64_t N,
-                                    int64_t K, int64_t ignore, int reduction) {
+                                    int64_t K, CeArgs a) {
     __shared__ float wsum[32];
     __shared__ long long wcnt[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float acc = 0.0f;
     long long cnt = 0;
     for (int64_t i = warp; i < N; i += nw) {
-        const float lse = row_lse<T>(x + i * K, K, lane);
+        float sx = 0.0f;
+        const float lse = row_lse<T>(x + i * K, a.C, lane, a.ls != 0.0f ? &sx : nullptr);
         if (lane == 0) {
             int counted;
             saved[i] = lse;
-            acc += row_loss<T, I>(x, tg, i, K, ignore, lse, &counted);
+            const float li = row_loss<T, I>(x, tg, i, K, a, lse, sx, &counted);
+            if (a.reduction == DLT_REDUCTION_NONE) loss[i] = li;
+            acc += li;
             cnt += counted;
         }
     }
@@ -108,19 +132,31 @@ __global__ void ce_fwd_fused_kernel(float *__restrict__ loss, float *__restrict_
             c += wcnt[w];
         }
         saved[N] = (float)c;
-        loss[0] = reduction == DLT_REDUCTION_MEAN ? s / (float)c : s;
+        if (a.reduction != DLT_REDUCTION_NONE) loss[0] = a.reduction == DLT_REDUCTION_MEAN ? s / (float)c : s;
     }
 }
 
-/* Grid: one warp per row (grid-stride), lse only. */
-template <typename T>
-__global__ void ce_lse_kernel(float *__restrict__ saved, const T *__restrict__ x, int64_t N, int64_t K) {
+/* Grid: one warp per row (grid-stride): lse, and the row loss where the reduction needs it
+ * stored (smoothing, or reduction none). */
+template <typename T, typename I>
+__global__ void ce_lse_kernel(float *__restrict__ loss, float *__restrict__ saved, const T *__restrict__ x,
+                              const I *__restrict__ tg, int64_t N, int64_t K, CeArgs a) {
     const int lane = threadIdx.x & 31;
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const bool row_losses = a.ls != 0.0f || a.reduction == DLT_REDUCTION_NONE;
     for (int64_t i = first; i < N; i += step) {
-        const float lse = row_lse<T>(x + i * K, K, lane);
-        if (lane == 0) saved[i] = lse;
+        float sx = 0.0f;
+        const float lse = row_lse<T>(x + i * K, a.C, lane, a.ls != 0.0f ? &sx : nullptr);
+        if (lane == 0) {
+            saved[i] = lse;
+            if (row_losses) {
+                int counted;
+                const float li = row_loss<T, I>(x, tg, i, K, a, lse, sx, &counted);
+                saved[N + 1 + i] = li;
+                if (a.reduction == DLT_REDUCTION_NONE) loss[i] = li;
+            }
+        }
     }
 }
 
@@ -128,14 +164,20 @@ __global__ void ce_lse_kernel(float *__restrict__ saved, const T *__restrict__ x
 template <typename T, typename I>
 __global__ void ce_reduce_kernel(float *__restrict__ loss, float *__restrict__ saved,
                                  const T *__restrict__ x, const I *__restrict__ tg, int64_t N,
-                                 int64_t K, int64_t ignore, int reduction) {
+                                 int64_t K, CeArgs a) {
     __shared__ float wsum[32];
     __shared__ long long wcnt[32];
+    const bool row_losses = a.ls != 0.0f || a.reduction == DLT_REDUCTION_NONE;
     float acc = 0.0f;
     long long cnt = 0;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
         int counted;
-        acc += row_loss<T, I>(x, tg, i, K, ignore, saved[i], &counted);
+        if (row_losses) {
+            counted = (int64_t)tg[i] != a.ignore;
+            acc += saved[N + 1 + i];
+        } else {
+            acc += row_loss<T, I>(x, tg, i, K, a, saved[i], 0.0f, &counted);
+        }
         cnt += counted;
     }
     for (int o = 16; o > 0; o >>= 1) {
@@ -156,27 +198,30 @@ __global__ void ce_reduce_kernel(float *__restrict__ loss, float *__restrict__ s
             c += wcnt[w];
         }
         saved[N] = (float)c;
-        loss[0] = reduction == DLT_REDUCTION_MEAN ? s / (float)c : s;
+        if (a.reduction != DLT_REDUCTION_NONE) loss[0] = a.reduction == DLT_REDUCTION_MEAN ? s / (float)c : s;
     }
 }
 
 template <typename T, typename D, typename I, typename Ix>
 __global__ void ce_bwd_kernel(D *__restrict__ dx, const T *__restrict__ x, const I *__restrict__ tg,
                               const float *__restrict__ saved, const float *__restrict__ dloss,
-                              Ix N, Ix K, int64_t ignore, int reduction) {
-    float g = dloss[0];
-    if (reduction == DLT_REDUCTION_MEAN) g /= saved[N];
+                              Ix N, Ix K, CeArgs a) {
+    float g0 = a.reduction == DLT_REDUCTION_NONE ? 0.0f : dloss[0];
+    if (a.reduction == DLT_REDUCTION_MEAN) g0 /= saved[N];
+    const float smooth = a.ls / (float)a.C;
     const Ix total = N * K;
     for (Ix idx = (Ix)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Ix)gridDim.x * blockDim.x) {
         const Ix i = idx / K, j = idx - i * K;
         const int64_t t = (int64_t)tg[i];
         float out;
-        if (t == ignore)
+        if (t == a.ignore || (int64_t)j >= a.C)
             out = 0.0f;
-        else if (t < 0 || t >= (int64_t)K)
+        else if (t < 0 || t >= a.C)
             out = NAN;
-        else
-            out = g * (expf(to_f<T>(x[idx]) - saved[i]) - ((int64_t)j == t ? 1.0f : 0.0f));
+        else {
+            const float g = a.reduction == DLT_REDUCTION_NONE ? dloss[i] : g0;
+            out = g * (expf(to_f<T>(x[idx]) - saved[i]) - (((int64_t)j == t ? 1.0f - a.ls : 0.0f) + smooth));
+        }
         dx[idx] = from_f<D>(out);
     }
 }
@@ -219,20 +264,29 @@ __global__ void count_correct_kernel(unsigned long long *__restrict__ correct, c
     if (threadIdx.x == 0 && block_count) atomicAdd(correct, (unsigned long long)block_count);
 }
 
+CeArgs ce_args(const dlt_ce_params *p) {
+    CeArgs a;
+    a.ignore = p->ignore_index;
+    a.C = p->n_classes;
+    a.ls = (float)p->label_smoothing;
+    a.reduction = p->reduction;
+    return a;
+}
+
 template <typename T, typename I>
 dlt_status launch_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
-                      const dlt_tensor *targets, int64_t ignore, int32_t reduction) {
+                      const dlt_tensor *targets, const CeArgs &a) {
     const int64_t N = logits->shape[0], K = logits->shape[1];
     cudaStream_t st = dlt__stream(ctx);
     float *l = (float *)dlt__data(loss), *sv = (float *)dlt__data(saved);
     const T *x = (const T *)dlt__data(logits);
     const I *tg = (const I *)dlt__data(targets);
     if (N * K <= CE_FUSED_MAX_ELEMS) {
-        ce_fwd_fused_kernel<T, I><<<1, 1024, 0, st>>>(l, sv, x, tg, N, K, ignore, reduction);
+        ce_fwd_fused_kernel<T, I><<<1, 1024, 0, st>>>(l, sv, x, tg, N, K, a);
     } else {
-        ce_lse_kernel<T><<<grid_for(N * 32, 256), 256, 0, st>>>(sv, x, N, K);
+        ce_lse_kernel<T, I><<<grid_for(N * 32, 256), 256, 0, st>>>(l, sv, x, tg, N, K, a);
         DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy");
-        ce_reduce_kernel<T, I><<<1, 1024, 0, st>>>(l, sv, x, tg, N, K, ignore, reduction);
+        ce_reduce_kernel<T, I><<<1, 1024, 0, st>>>(l, sv, x, tg, N, K, a);
     }
     DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy");
     return DLT_OK;
@@ -240,7 +294,7 @@ dlt_status launch_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const d
 
 template <typename T, typename D, typename I>
 dlt_status launch_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss, const dlt_tensor *logits,
-                      const dlt_tensor *targets, const dlt_tensor *saved, int64_t ignore, int32_t reduction) {
+                      const dlt_tensor *targets, const dlt_tensor *saved, const CeArgs &a) {
     const int64_t N = logits->shape[0], K = logits->shape[1];
     cudaStream_t st = dlt__stream(ctx);
     D *dx = (D *)dlt__data(dlogits);
@@ -249,10 +303,9 @@ dlt_status launch_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss
     const float *sv = (const float *)dlt__data(saved), *dl = (const float *)dlt__data(dloss);
     if (N * K < ((int64_t)1 << 30)) /* 32-bit index math (64-bit division is slow) */
         ce_bwd_kernel<T, D, I, uint32_t><<<grid_for(N * K, 256), 256, 0, st>>>(
-            dx, x, tg, sv, dl, (uint32_t)N, (uint32_t)K, ignore, reduction);
+            dx, x, tg, sv, dl, (uint32_t)N, (uint32_t)K, a);
     else
-        ce_bwd_kernel<T, D, I, int64_t><<<grid_for(N * K, 256), 256, 0, st>>>(dx, x, tg, sv, dl, N, K,
-                                                                              ignore, reduction);
+        ce_bwd_kernel<T, D, I, int64_t><<<grid_for(N * K, 256), 256, 0, st>>>(dx, x, tg, sv, dl, N, K, a);
     DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy_backward");
     return DLT_OK;
 }
@@ -278,28 +331,26 @@ dlt_status bad_targets(const dlt_tensor *targets, const char *F) {
 extern "C" {
 
 dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
-                            const dlt_tensor *targets, int64_t ignore_index, int32_t reduction) {
+                            const dlt_tensor *targets, const dlt_ce_params *p) {
+    const CeArgs a = ce_args(p);
     if (targets->dtype == DLT_I32) {
-        DLT_DISPATCH_FLOAT(logits->dtype, T,
-            return launch_fwd<T, int32_t>(ctx, loss, saved, logits, targets, ignore_index, reduction));
+        DLT_DISPATCH_FLOAT(logits->dtype, T, return launch_fwd<T, int32_t>(ctx, loss, saved, logits, targets, a));
     } else if (targets->dtype == DLT_I64) {
-        DLT_DISPATCH_FLOAT(logits->dtype, T,
-            return launch_fwd<T, int64_t>(ctx, loss, saved, logits, targets, ignore_index, reduction));
+        DLT_DISPATCH_FLOAT(logits->dtype, T, return launch_fwd<T, int64_t>(ctx, loss, saved, logits, targets, a));
     }
     return bad_targets(targets, "dlt_cross_entropy");
 }
 
 dlt_status dlt__cuda_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
                             const dlt_tensor *logits, const dlt_tensor *targets, const dlt_tensor *saved,
-                            int64_t ignore_index, int32_t reduction) {
+                            const dlt_ce_params *p) {
+    const CeArgs a = ce_args(p);
     if (targets->dtype == DLT_I32) {
         DLT_DISPATCH_FLOAT(logits->dtype, T, DLT_DISPATCH_FLOAT(dlogits->dtype, D,
-            return launch_bwd<T, D, int32_t>(ctx, dlogits, dloss, logits, targets, saved, ignore_index,
-                                             reduction)));
+            return launch_bwd<T, D, int32_t>(ctx, dlogits, dloss, logits, targets, saved, a)));
     } else if (targets->dtype == DLT_I64) {
         DLT_DISPATCH_FLOAT(logits->dtype, T, DLT_DISPATCH_FLOAT(dlogits->dtype, D,
-            return launch_bwd<T, D, int64_t>(ctx, dlogits, dloss, logits, targets, saved, ignore_index,
-                                             reduction)));
+            return launch_bwd<T, D, int64_t>(ctx, dlogits, dloss, logits, targets, saved, a)));
     }
     return bad_targets(targets, "dlt_cross_entropy_backward");
 }

@@ -69,10 +69,10 @@ dlt_status dlt__cuda_linear_bwd_weight(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor 
 
 /* ---- cross_entropy.cu (and count_correct) ---- */
 dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
-                            const dlt_tensor *targets, int64_t ignore_index, int32_t reduction);
+                            const dlt_tensor *targets, const dlt_ce_params *p);
 dlt_status dlt__cuda_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
                             const dlt_tensor *logits, const dlt_tensor *targets, const dlt_tensor *saved,
-                            int64_t ignore_index, int32_t reduction);
+                            const dlt_ce_params *p);
 dlt_status dlt__cuda_count_correct(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
                                    const dlt_tensor *targets);
 #define DLT_CUDA_CROSS_ENTROPY_ENTRIES                                                        \

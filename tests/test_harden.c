@@ -1007,7 +1007,7 @@ static void test_zero_size(void) {
 #undef ZC
         }
     }
-    /* linear: M = 0, K = 0 (y = 0; with a bias: refused), N = 0 */
+    /* linear: M = 0, K = 0 (y = 0, or the bias repeated over the rows), N = 0 */
     const int64_t lc[3][3] = {{0, 4, 3}, {2, 0, 3}, {2, 4, 0}};
     for (int c = 0; c < 3; c++) {
         for (int bias = 0; bias < 2; bias++) {
@@ -1020,7 +1020,7 @@ static void test_zero_size(void) {
                      (long long)K, (long long)N, bias);
             const double want[3] = {Z, Z, (double)M};
             dlt_status st = dlt_linear(l[0], l[1], bias ? l[2] : NULL, &y);
-            zcheck(name, st, K == 0 && bias ? DLT_ERR_NOT_SUPPORTED : DLT_OK, y, ys, 2, l,
+            zcheck(name, st, DLT_OK, y, ys, 2, l,
                    bias ? 3 : 2, want);
             for (int i = 0; i < 3; i++) dlt_tensor_release(l[i]);
         }

@@ -758,7 +758,7 @@ static void test_linear_errors(void) {
     CHECK_STATUS(dlt_linear(x, NULL, NULL, &y), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_linear(x, w, NULL, NULL), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_linear(x, w2, NULL, &y), DLT_ERR_SHAPE);
-    CHECK_STATUS(dlt_linear(x3, w, NULL, &y), DLT_ERR_SHAPE);
+    CHECK_STATUS(dlt_linear(x3, w2, NULL, &y), DLT_ERR_SHAPE); /* N-D input, wrong in_features */
     CHECK_STATUS(dlt_linear(x, w, b, &y), DLT_ERR_SHAPE);
     CHECK_STATUS(dlt_linear(xi, w, NULL, &y), DLT_ERR_DTYPE);
     CHECK_STATUS(dlt_linear(x, wh, NULL, &y), DLT_ERR_DTYPE);
@@ -1104,7 +1104,7 @@ static void test_elementwise_errors(void) {
     CHECK_STATUS(dlt_relu(i, &y), DLT_ERR_DTYPE);
     CHECK_STATUS(dlt_add(a, NULL, &y), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_add(a, b, &y), DLT_ERR_SHAPE);
-    CHECK_STATUS(dlt_add(a, h, &y), DLT_ERR_DTYPE);
+    CHECK_STATUS(dlt_add(a, s2t, &y), DLT_ERR_SHAPE); /* [2,3] with [2]: no broadcast */
     CHECK_STATUS(dlt_add(i, i, &y), DLT_ERR_DTYPE);
     CHECK_STATUS(dlt_mul_scalar(NULL, NULL, 1.0, &y), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_mul_scalar(i, NULL, 1.0, &y), DLT_ERR_DTYPE);

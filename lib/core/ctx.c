@@ -61,6 +61,7 @@ void dlt_ctx_destroy(dlt_ctx *ctx) {
     if (!ctx) return;
     dlt__tape_fini(ctx);
     if (ctx->be->synchronize && ctx->poisoned == DLT_OK) (void)ctx->be->synchronize(ctx);
+    if (ctx->rng_base) ctx->be->free(ctx, ctx->rng_base, sizeof(uint64_t));
     if (ctx->be->ctx_fini) ctx->be->ctx_fini(ctx);
     free(ctx);
 }
@@ -115,6 +116,8 @@ dlt_status dlt_ctx_set_seed(dlt_ctx *ctx, uint64_t seed) {
     DLT_NULL_CHECK(ctx, "dlt_ctx_set_seed");
     ctx->seed = seed;
     ctx->rng_offset = 0;
+    /* replays of captured graphs advanced the device base: start from 0 again */
+    if (ctx->rng_base) return ctx->be->memset0(ctx, ctx->rng_base, sizeof(uint64_t));
     return DLT_OK;
 }
 
@@ -122,6 +125,23 @@ dlt_status dlt_ctx_get_seed(const dlt_ctx *ctx, uint64_t *seed, uint64_t *offset
     DLT_NULL_CHECK(ctx, "dlt_ctx_get_seed");
     if (seed) *seed = ctx->seed;
     if (offset) *offset = ctx->rng_offset;
+    return DLT_OK;
+}
+
+dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func) {
+    if (ctx->rng_base) return DLT_OK;
+    if (ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, func,
+                        "the first random op of this context runs inside a graph capture: run the "
+                        "step once before capturing (a warm-up step)");
+    void *p = NULL;
+    DLT_CHECK(ctx->be->alloc(ctx, sizeof(uint64_t), &p));
+    dlt_status st = ctx->be->memset0(ctx, p, sizeof(uint64_t));
+    if (st != DLT_OK) {
+        ctx->be->free(ctx, p, sizeof(uint64_t));
+        return st;
+    }
+    ctx->rng_base = p;
     return DLT_OK;
 }
 

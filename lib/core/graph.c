@@ -64,7 +64,18 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
         return DLT_OK;
     }
     ctx->capturing = 1;
+    const uint64_t rng0 = ctx->rng_offset;
     dlt_status step_st = step(user);
+    /* Random ops read their generator offsets relative to the device word rng_base: the
+     * graph's last node moves it past what the capture reserved, so every replay draws
+     * fresh numbers (and eager calls after the graph never repeat a replay's) */
+    if (step_st == DLT_OK && ctx->rng_offset != rng0 && ctx->rng_base) {
+        if (!ctx->be->rng_advance) {
+            step_st = dlt__be_missing(ctx, F, "rng_advance");
+        } else {
+            step_st = ctx->be->rng_advance(ctx, ctx->rng_offset - rng0);
+        }
+    }
     ctx->capturing = 0;
     char reason[512];
     snprintf(reason, sizeof reason, "%s", step_st == DLT_OK ? "" : dlt_last_error());

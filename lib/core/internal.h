@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "dltrain.h"
+#include "nd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,6 +84,10 @@ struct dlt_ctx {
     void *be_state; /* backend private: CUDA stream, handles, pool, plan caches */
 
     uint64_t seed, rng_offset;
+    /* Device uint64 added to the generator offsets of the random ops that read it (dropout,
+     * attention dropout): 0 in eager calls; a captured graph adds the counters its capture
+     * reserved at the end of every replay, so replays draw fresh numbers (graph.c). */
+    void *rng_base;
     int32_t grad_enabled;
     int32_t autocast_stack[DLT_AUTOCAST_MAX_DEPTH]; /* dtype per nesting level, -1 = off */
     int32_t autocast_depth;
@@ -111,6 +116,8 @@ dlt_status dlt__ctx_poison(dlt_ctx *ctx, dlt_status code, const char *func, cons
 int64_t dlt__env_count(const char *name, int64_t dflt);
 /* Autocast dtype in force, or -1. */
 int32_t dlt__autocast_dtype(const dlt_ctx *ctx);
+/* Allocates the context's device word rng_base (zero) on first use; fails inside a capture. */
+dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func);
 /* Reserves `blocks` Philox counters and returns the starting offset. */
 uint64_t dlt__rng_reserve(dlt_ctx *ctx, uint64_t blocks);
 
@@ -437,13 +444,14 @@ struct dlt_backend {
                                     const dlt_tensor *x, const dlt_tensor *dy, int32_t beta);
 
     /* cross entropy over logits [N, K] (any float dtype, math in fp32) with int32/int64
-     * targets [N]. reduction 0 = mean over non-ignored rows, 1 = sum. loss: f32 [1].
-     * saved: f32 [N + 1]: logsumexp per row, then the count of non-ignored rows. */
+     * targets [N] (see dlt_ce_params: label smoothing, padded classes, reduction). loss: f32
+     * [1] (mean, sum) or [N] (none). saved: f32 [2N + 1]: logsumexp per row, then the
+     * count of non-ignored rows, then room for per-row losses (a backend's scratch). */
     dlt_status (*ce_fwd)(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
-                         const dlt_tensor *targets, int64_t ignore_index, int32_t reduction);
+                         const dlt_tensor *targets, const dlt_ce_params *p);
     dlt_status (*ce_bwd)(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
                          const dlt_tensor *logits, const dlt_tensor *targets,
-                         const dlt_tensor *saved, int64_t ignore_index, int32_t reduction);
+                         const dlt_tensor *saved, const dlt_ce_params *p);
 
     /* optimizer and scaler */
     /* Applies PyTorch's foreach SGD to L->params (see dlt_sgd_launch), refreshes the
@@ -495,6 +503,65 @@ struct dlt_backend {
     void (*graph_free)(dlt_ctx *ctx, void *exec);
 
     /* ---- extensions: each area appends its entries in its own block ---- */
+    /* transformer ops (lib/ops/{binary,pointwise,reduce,layout,matmul,softmax,layer_norm,
+     * dropout,embedding,attention}.c; lib/cpu and cuda files of the same stems). Tensors
+     * handed to these entries are contiguous unless an entry takes strides (nd.h). */
+    /* y (contiguous, numel == s->numel) = op(a, b) elementwise over s; a and b are read
+     * through their operand maps; dtypes are any float, possibly different (math in fp32) */
+    dlt_status (*binary)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, const dlt_nd_operand *oa,
+                         const dlt_tensor *b, const dlt_nd_operand *ob, const dlt_nd *s,
+                         int32_t op, double alpha);
+    /* y = op(x), same shape/format/dtype; backward dx = dy * op'(x) (x, y as DLT_UN_* says) */
+    dlt_status (*unary)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int32_t op, double alpha);
+    dlt_status (*unary_bwd)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *x,
+                            const dlt_tensor *y, int32_t op, double alpha);
+    /* dst[od] = src[os] over s (same dtype): permute, narrow, cat, expand and their gradients */
+    dlt_status (*copy_nd)(dlt_ctx *ctx, dlt_tensor *dst, const dlt_nd_operand *od,
+                          const dlt_tensor *src, const dlt_nd_operand *os, const dlt_nd *s);
+    /* y [kept numel] (contiguous; float, or i64 for argmax) = reduction of x (any float
+     * dtype; sums accumulate in fp32 on CUDA, double on the CPU) */
+    dlt_status (*reduce)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_reduce_spec *r,
+                         int32_t op, double alpha);
+    /* batched GEMM, see dlt_gemm_batch */
+    dlt_status (*gemm)(dlt_ctx *ctx, dlt_tensor *c, const dlt_tensor *a, const dlt_tensor *b,
+                       const dlt_gemm_batch *g);
+    /* softmax over the middle dimension of x viewed as [outer, n, inner] (log: log_softmax);
+     * backward from the output y: dx = y * (dy - sum(dy*y)) or dy - exp(y) * sum(dy) */
+    dlt_status (*softmax_fwd)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int64_t outer,
+                              int64_t n, int64_t inner, int32_t log);
+    dlt_status (*softmax_bwd)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y,
+                              int64_t outer, int64_t n, int64_t inner, int32_t log);
+    /* layer norm over rows of x viewed as [M, N]: y = (x - mean) * rstd * w + b (w, b [N] or
+     * NULL, any float dtype); mean, rstd f32 [M] saved (rstd = 1/sqrt(biased var + eps)).
+     * Backward writes dx, and dw/db (may be NULL) with beta_acc 0 (overwrite) or 1 (add). */
+    dlt_status (*ln_fwd)(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd,
+                         const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *b, int64_t M,
+                         int64_t N, double eps);
+    dlt_status (*ln_bwd)(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_tensor *db,
+                         int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *x,
+                         const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w,
+                         int64_t M, int64_t N);
+    /* y = x * keep / (1-p), keep(i) = dlt__philox_uniform(seed, offset + *rng_base, i) >= p;
+     * the backward is the same call on dy (the mask is drawn again, never stored) */
+    dlt_status (*dropout)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,
+                          uint64_t offset);
+    /* y [n, D] = w [V, D] rows at idx (i32/i64 [n]). The CPU refuses an index outside
+     * [0, V) before writing; CUDA cannot check without a sync, so it writes NaN rows for them
+     * (as cross-entropy writes NaN losses for bad targets) and the backward skips them */
+    dlt_status (*embedding_fwd)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *w, const dlt_tensor *idx);
+    /* dw = beta*dw + scatter-add of dy rows (padding_idx rows get nothing; < 0: none).
+     * Deterministic when ctx->deterministic (CUDA sorts; the CPU always is). */
+    dlt_status (*embedding_bwd)(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor *dy,
+                                const dlt_tensor *idx, int64_t padding_idx, int32_t beta);
+    /* scaled dot-product attention, see dlt_sdpa_params */
+    dlt_status (*sdpa_fwd)(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *q,
+                           const dlt_tensor *k, const dlt_tensor *v, const dlt_sdpa_params *p);
+    dlt_status (*sdpa_bwd)(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_tensor *dv,
+                           const dlt_tensor *dout, const dlt_tensor *q, const dlt_tensor *k,
+                           const dlt_tensor *v, const dlt_tensor *o, const dlt_tensor *lse,
+                           const dlt_sdpa_params *p);
+    /* *rng_base += delta, ordered on the stream (the last node of a captured step) */
+    dlt_status (*rng_advance)(dlt_ctx *ctx, uint64_t delta);
     /* optim (lib/optim, lib/cpu/sgd.c, cuda/sgd.cu) */
     /* Applies op to an optimizer's dlt_optim_dev (one tiny kernel on CUDA). */
     dlt_status (*sgd_state)(dlt_ctx *ctx, void *state, const dlt_optim_state_op *op);
@@ -531,9 +598,12 @@ dlt_status dlt__be_missing(const dlt_ctx *ctx, const char *func, const char *wha
 /* ---------------------------------------------------------------------------------------
  * Autograd tape (lib/core/tape.c)
  * ------------------------------------------------------------------------------------- */
-#define DLT_NODE_MAX_IN 6
-#define DLT_NODE_MAX_OUT 2
+#define DLT_NODE_MAX_IN 8
+#define DLT_NODE_MAX_OUT 8
 #define DLT_NODE_MAX_SAVED 8
+#define DLT_NODE_ATTR_BYTES 256
+/* The node's attributes as the op's struct T (checked to fit where it is used). */
+#define DLT_NODE_ATTR(node, T) ((T *)(void *)(node)->attr.bytes)
 
 /* Where the gradient of a node input goes: into another node's output slot, into a leaf's
  * .grad, or nowhere (input needs no gradient). */
@@ -569,8 +639,14 @@ struct dlt_node {
     dlt_tensor *grad_accum[DLT_NODE_MAX_OUT]; /* gradients of outputs summed during backward */
     dlt_tensor *saved[DLT_NODE_MAX_SAVED];    /* strong references, dropped after backward */
     int32_t n_saved;
-    int64_t ip[12]; /* integer attributes */
+    int64_t ip[12]; /* integer attributes (older ops; new ops use attr) */
     double fp[6];   /* real attributes */
+    /* typed per-op attributes: an op stores its own struct here (DLT_NODE_ATTR) */
+    union {
+        double d_;
+        int64_t i_;
+        unsigned char bytes[DLT_NODE_ATTR_BYTES];
+    } attr;
     int64_t slot;   /* position in ctx->tape.slots */
     uint64_t seq;
     int32_t consumed;
@@ -591,6 +667,15 @@ void dlt__node_release(dlt_node *node);
 void dlt__tape_fini(dlt_ctx *ctx);
 /* Writes a computed gradient into a slot's destination (dst with beta) and releases it. */
 dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g);
+
+/* ---------------------------------------------------------------------------------------
+ * Internal ops for modules (lib/ops)
+ * ------------------------------------------------------------------------------------- */
+/* dlt_cross_entropy_ex with only the first n_classes columns of the logits as classes (a
+ * vocabulary padded for speed); func names the caller in messages. */
+dlt_status dlt__cross_entropy_padded(dlt_tensor *logits, dlt_tensor *targets, int64_t n_classes,
+                                     int64_t ignore_index, int32_t reduction, double label_smoothing,
+                                     const char *func, dlt_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,9 @@
 /*
- * elementwise.c - front doors of the elementwise and reduction ops: relu, add, mul_scalar,
- * sum, mean, cast, plus the differentiable helpers that autocast and layout changes use.
+ * elementwise.c - front doors of relu, mul_scalar, sum, mean and cast (add and the other
+ * broadcasting ops are in binary.c), plus the differentiable helpers that autocast and
+ * layout changes use.
  *
- * Gradients: relu dx = dy unless y <= 0 (saved: an alias of y); add passes dy to both inputs;
+ * Gradients: relu dx = dy unless y <= 0 (saved: an alias of y);
  * mul_scalar dx = dy * s * alpha (s is not differentiated); sum/mean broadcast dy (* 1/n);
  * cast converts dy back to the input dtype; to_format converts dy back to the input format.
  */
@@ -51,48 +52,6 @@ dlt_status dlt_relu(dlt_tensor *x, dlt_tensor **out) {
         if (st == DLT_OK) dlt__save(node, alias);
     }
     dlt_tensor_release(alias);
-    if (st != DLT_OK) {
-        dlt_tensor_release(y);
-        return dlt__err_wrap(st, F);
-    }
-    *out = y;
-    return DLT_OK;
-}
-
-/* ---- add ---- */
-
-static dlt_status add_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
-    dlt_ctx *ctx = n->ctx;
-    DLT_CHECK(dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(gout[0])));
-    return dlt__grad_slot_store(ctx, &gin[1], dlt_tensor_retain(gout[0]));
-}
-
-dlt_status dlt_add(dlt_tensor *a, dlt_tensor *b, dlt_tensor **out) {
-    static const char *F = "dlt_add";
-    DLT_CHECK(dlt__check_tensor(a, F, "a"));
-    DLT_CHECK(dlt__check_tensor(b, F, "b"));
-    DLT_NULL_CHECK(out, F);
-    DLT_CHECK(dlt__check_same_ctx(a, b, F, "a", "b"));
-    DLT_CHECK(dlt__check_float(a, F, "a"));
-    if (!dlt__same_shape(a, b)) {
-        char sa[96], sb[96];
-        return dlt__err(DLT_ERR_SHAPE, F, "a has shape %s but b has %s (no broadcasting)",
-                        dlt__shape_str(a, sa, sizeof sa), dlt__shape_str(b, sb, sizeof sb));
-    }
-    if (a->dtype != b->dtype)
-        return dlt__err(DLT_ERR_DTYPE, F, "a is %s but b is %s", dlt_dtype_name(a->dtype),
-                        dlt_dtype_name(b->dtype));
-    if (a->format != b->format)
-        return dlt__err(DLT_ERR_NOT_SUPPORTED, F,
-                        "a and b have different memory formats; convert one with "
-                        "dlt_tensor_to_format");
-    dlt_ctx *ctx = a->ctx;
-    dlt_tensor *y = NULL;
-    dlt_node *node = NULL;
-    DLT_CHECK(new_like(a, a->dtype, F, &y));
-    dlt_tensor *in[2] = {a, b};
-    dlt_status st = a->numel ? ctx->be->add(ctx, y, a, b) : DLT_OK;
-    if (st == DLT_OK) st = dlt__record(ctx, "add", add_backward, in, 2, &y, 1, &node);
     if (st != DLT_OK) {
         dlt_tensor_release(y);
         return dlt__err_wrap(st, F);

@@ -1,6 +1,6 @@
 /*
  * linear.c - front door of y = x w^T + b (PyTorch's F.linear).
- * x [M,K], w [N,K], bias [N]; y [M,N]. Autocast casts x, w, bias to the region's dtype
+ * x [M,K] (or [..., K], viewed as rows), w [N,K], bias [N]; y [M,N] (or [..., N]). Autocast casts x, w, bias to the region's dtype
  * (the weight through its cached copy). Backward (saved x, w): dx = dy w, dw = dy^T x,
  * db = column sums of dy; dw/db go straight into the leaves when the dtypes allow.
  */
@@ -83,11 +83,41 @@ static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     return st;
 }
 
+static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out);
+
+/* N-D input [..., in]: viewed as [rows, in], the result viewed back as [..., out] (both
+ * views, recorded, so gradients flow through). */
 dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out) {
     static const char *F = "dlt_linear";
     DLT_CHECK(dlt__check_tensor(x, F, "x"));
     DLT_CHECK(dlt__check_tensor(w, F, "w"));
     DLT_NULL_CHECK(out, F);
+    if (x->ndim == 2) return linear_2d(x, w, bias, out);
+    if (x->ndim < 1) return dlt__err(DLT_ERR_SHAPE, F, "x must have at least one dimension (..., in_features)");
+    DLT_CHECK(dlt__check_ndim(w, 2, F, "w"));
+    char a[96], b[96];
+    const int64_t in = x->shape[x->ndim - 1];
+    if (in != w->shape[1])
+        return dlt__err(DLT_ERR_SHAPE, F, "x %s and w %s: x.shape[-1] must equal w.shape[1]",
+                        dlt__shape_str(x, a, sizeof a), dlt__shape_str(w, b, sizeof b));
+    int64_t rows = 1, ys[DLT_MAX_DIMS];
+    for (int32_t i = 0; i < x->ndim - 1; i++) {
+        rows *= x->shape[i];
+        ys[i] = x->shape[i];
+    }
+    ys[x->ndim - 1] = w->shape[0];
+    const int64_t s2[2] = {rows, in};
+    dlt_tensor *x2 = NULL, *y2 = NULL;
+    dlt_status st = dlt_reshape(x, s2, 2, &x2);
+    if (st == DLT_OK) st = linear_2d(x2, w, bias, &y2);
+    if (st == DLT_OK) st = dlt_reshape(y2, ys, x->ndim, out);
+    dlt_tensor_release(x2);
+    dlt_tensor_release(y2);
+    return st == DLT_OK ? st : dlt__err_wrap(st, F);
+}
+
+static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out) {
+    static const char *F = "dlt_linear";
     DLT_CHECK(dlt__check_same_ctx(x, w, F, "x", "w"));
     DLT_CHECK(dlt__check_ndim(x, 2, F, "x"));
     DLT_CHECK(dlt__check_ndim(w, 2, F, "w"));
@@ -124,12 +154,20 @@ dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, dtype, ys, 2, DLT_FORMAT_CONTIGUOUS, F, &y), done);
     if (y->numel) {
         if (x->shape[1] == 0) {
-            /* an empty inner dimension: y = 0 (+ bias, which has no broadcast kernel yet) */
-            if (bias) {
-                st = dlt__err(DLT_ERR_NOT_SUPPORTED, F, "linear with in_features = 0 and a bias");
+            /* an empty inner dimension: y = 0, plus the bias broadcast over the rows */
+            if (bc && ctx->be->copy_nd) {
+                dlt_nd s;
+                dlt_nd_operand od, ob;
+                dlt__nd_init(&s, ys, 2);
+                dlt__nd_broadcast_operand(y, ys, 2, &od);
+                dlt__nd_broadcast_operand(bc, ys, 2, &ob);
+                DLT_CHECK_GOTO(st, dlt__k_copy(ctx, y, &od, bc, &ob, &s), done);
+            } else if (bc) {
+                st = dlt__be_missing(ctx, F, "copy_nd");
                 goto done;
+            } else {
+                DLT_CHECK_GOTO(st, ctx->be->fill(ctx, y, 0.0), done);
             }
-            DLT_CHECK_GOTO(st, ctx->be->fill(ctx, y, 0.0), done);
         } else {
             DLT_CHECK_GOTO(st, ctx->be->linear_fwd(ctx, y, xc, wc, bc), done);
         }

@@ -47,4 +47,53 @@ static inline int dlt__slot_direct(const dlt_grad_slot *slot, const dlt_tensor *
            slot->dst->format == like->format && slot->dst->numel == like->numel;
 }
 
+
+/* ---- N-D ops (nd.c) ---- */
+/* dim in [-ndim, ndim) (a 0-D tensor counts as 1-D) -> [0, ndim). */
+dlt_status dlt__norm_dim(int32_t dim, int32_t ndim, const char *func, int32_t *out);
+/* The broadcast shape of a and b (NumPy rules: aligned at the last dimension, sizes equal
+ * or 1), or DLT_ERR_SHAPE naming both shapes. */
+dlt_status dlt__broadcast_shape(const dlt_tensor *a, const dlt_tensor *b, const char *func,
+                                int64_t *shape, int32_t *ndim);
+void dlt__contig_strides(const int64_t *shape, int32_t ndim, int64_t *strides);
+void dlt__nd_init(dlt_nd *s, const int64_t *shape, int32_t ndim);
+/* Operand map of contiguous t read as if broadcast to shape (stride 0 where t has size 1 or
+ * lacks the dimension). */
+void dlt__nd_broadcast_operand(const dlt_tensor *t, const int64_t *shape, int32_t ndim,
+                               dlt_nd_operand *o);
+/* Drops size-1 dimensions and merges neighbours that every operand steps through as one. */
+void dlt__nd_collapse(dlt_nd *s, dlt_nd_operand *ops, int32_t n_ops);
+/* Reduction of contiguous x over the dimensions d with reduced[d] != 0. */
+void dlt__reduce_spec(const dlt_tensor *x, const int32_t *reduced, dlt_reduce_spec *r);
+/* Result dtype of a binary op on two float dtypes (PyTorch's promotion). */
+int32_t dlt__promote(int32_t a, int32_t b);
+/* x itself (retained) when contiguous, else a differentiable contiguous copy: the N-D ops
+ * accept channels-last tensors this way. */
+dlt_status dlt__contiguous_input(dlt_tensor *x, const char *func, dlt_tensor **out);
+/* Autocast's fp32 list (softmax, log_softmax, layer_norm, sum, exp, log, pow, losses...): in
+ * an autocast region a low-precision float x is cast up (differentiably); else x itself. */
+dlt_status dlt__autocast_fp32(dlt_tensor *x, const char *func, dlt_tensor **out);
+
+/* Kernel-level helpers for backward functions (nothing is recorded). */
+/* y (dtype, broadcast shape) = op(a, b) */
+dlt_status dlt__k_binary(dlt_ctx *ctx, int32_t dtype, const dlt_tensor *a, const dlt_tensor *b,
+                         int32_t op, double alpha, const char *func, dlt_tensor **out);
+/* g summed over the dimensions broadcasting added to reach g's shape from `shape`, as dtype
+ * (g itself, retained, when nothing is summed and the dtype matches) */
+dlt_status dlt__k_sum_to(dlt_ctx *ctx, dlt_tensor *g, const int64_t *shape, int32_t ndim,
+                         int32_t dtype, const char *func, dlt_tensor **out);
+/* y = op(x) */
+dlt_status dlt__k_unary(dlt_ctx *ctx, const dlt_tensor *x, int32_t op, double alpha,
+                        const char *func, dlt_tensor **out);
+/* copy_nd after merging dimensions; nothing for an empty space */
+dlt_status dlt__k_copy(dlt_ctx *ctx, dlt_tensor *dst, const dlt_nd_operand *od, const dlt_tensor *src,
+                       const dlt_nd_operand *os, const dlt_nd *s);
+
+/* The output slot convention of the new ops: store the op's attribute struct in the node. */
+#define DLT_SET_ATTR(node, T, value)                                                          \
+    do {                                                                                      \
+        _Static_assert(sizeof(T) <= DLT_NODE_ATTR_BYTES, #T " does not fit a tape node");    \
+        if (node) *DLT_NODE_ATTR(node, T) = (value);                                          \
+    } while (0)
+
 #endif

@@ -1,0 +1,166 @@
+/*
+ * layer_norm.c - front door of layer_norm over the last dimensions (PyTorch's
+ * F.layer_norm(x, normalized_shape, weight, bias, eps)).
+ *
+ * x [..., *normalized_shape] is viewed as [M, N] with N = prod(normalized_shape):
+ *   mean_m = sum_n x / N,  rstd_m = 1 / sqrt(sum_n (x - mean)^2 / N + eps)   (biased variance)
+ *   y = (x - mean) * rstd * weight + bias          (weight, bias [normalized_shape] or NULL)
+ * Statistics in fp32 (double on the CPU) and saved as f32 [M] for the backward. layer_norm
+ * is on autocast's fp32 list: in an autocast region x is cast up and y is f32. Without
+ * autocast, y has x's dtype; weight and bias may be of another float dtype (PyTorch allows
+ * f32 parameters with a bf16/f16 input on CUDA).
+ *
+ * Gradients (xhat = (x - mean) * rstd, g = u * weight):
+ *   dx = rstd * (g - mean_n(g) - xhat * mean_n(g * xhat))
+ *   dweight = sum_m u * xhat,  dbias = sum_m u   (written straight into the leaves when
+ *   their dtype allows, accumulating)
+ */
+#include "ops_internal.h"
+
+typedef struct ln_attr {
+    int64_t M, N;
+    int32_t has_w, has_b;
+} ln_attr;
+
+static dlt_status ln_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    static const char *F = "dlt_backward(layer_norm)";
+    dlt_ctx *ctx = nd->ctx;
+    const ln_attr *at = DLT_NODE_ATTR(nd, ln_attr);
+    dlt_tensor *x = nd->saved[0], *mean = nd->saved[1], *rstd = nd->saved[2];
+    dlt_tensor *w = at->has_w ? nd->saved[3] : NULL;
+    dlt_tensor *b = at->has_b ? nd->saved[3 + at->has_w] : NULL;
+    dlt_tensor *u = gout[0], *dx = NULL, *dw = NULL, *db = NULL;
+    const int need_w = at->has_w && gin[1].needed, need_b = at->has_b && gin[2].needed;
+    /* dweight and dbias come from one kernel with one beta: they go straight into the leaf
+     * buffers when both (or the one needed) accept it, else into fresh tensors */
+    int direct = need_w || need_b;
+    int32_t beta = -1;
+    if (need_w) {
+        if (dlt__slot_direct(&gin[1], w)) beta = gin[1].beta;
+        else direct = 0;
+    }
+    if (need_b) {
+        if (dlt__slot_direct(&gin[2], b) && (beta < 0 || beta == gin[2].beta)) beta = gin[2].beta;
+        else direct = 0;
+    }
+    if (!direct) beta = 0;
+    dlt_status st = DLT_OK;
+    if (need_w) {
+        if (direct) dw = gin[1].dst;
+        else DLT_CHECK_GOTO(st, dlt__tensor_new_like(w, w->dtype, F, &dw), fail);
+    }
+    if (need_b) {
+        if (direct) db = gin[2].dst;
+        else DLT_CHECK_GOTO(st, dlt__tensor_new_like(b, b->dtype, F, &db), fail);
+    }
+    DLT_CHECK_GOTO(st, dlt__tensor_new_like(x, x->dtype, F, &dx), fail);
+    if (at->M > 0 && at->N > 0) {
+        DLT_CHECK_GOTO(st, ctx->be->ln_bwd(ctx, dx, dw, db, beta, u, x, mean, rstd, w, at->M, at->N), fail);
+    } else { /* no rows: parameter gradients are zero */
+        if (dw) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, dw, beta), fail);
+        if (db) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, db, beta), fail);
+    }
+    st = dlt__grad_slot_store(ctx, &gin[0], dx);
+    dx = NULL;
+    if (st != DLT_OK) goto fail;
+    if (direct) {
+        if (need_w) gin[1].written = 1;
+        if (need_b) gin[2].written = 1;
+        return DLT_OK;
+    }
+    if (need_w) {
+        st = dlt__grad_slot_store(ctx, &gin[1], dw);
+        dw = NULL;
+        if (st != DLT_OK) goto fail;
+    }
+    if (need_b) {
+        st = dlt__grad_slot_store(ctx, &gin[2], db);
+        db = NULL;
+        if (st != DLT_OK) goto fail;
+    }
+    return DLT_OK;
+fail:
+    dlt_tensor_release(dx);
+    if (!direct) {
+        dlt_tensor_release(dw);
+        dlt_tensor_release(db);
+    }
+    return st;
+}
+
+dlt_status dlt_layer_norm(dlt_tensor *x, const int64_t *normalized_shape, int32_t n, dlt_tensor *weight,
+                          dlt_tensor *bias, double eps, dlt_tensor **out) {
+    static const char *F = "dlt_layer_norm";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__check_float(x, F, "x"));
+    if (n < 1 || n > x->ndim)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "normalized_shape has %d dimensions; it must have 1..%d for a %d-D input", n,
+                        x->ndim, x->ndim);
+    DLT_NULL_CHECK(normalized_shape, F);
+    char a[96], b[96];
+    for (int32_t i = 0; i < n; i++)
+        if (normalized_shape[i] != x->shape[x->ndim - n + i])
+            return dlt__err(DLT_ERR_SHAPE, F,
+                            "normalized_shape[%d] = %lld but input %s has %lld there (it must be the "
+                            "input's last %d sizes)",
+                            i, (long long)normalized_shape[i], dlt__shape_str(x, a, sizeof a),
+                            (long long)x->shape[x->ndim - n + i], n);
+    dlt_tensor *pa[2] = {weight, bias};
+    const char *names[2] = {"weight", "bias"};
+    for (int i = 0; i < 2; i++) {
+        dlt_tensor *p = pa[i];
+        if (!p) continue;
+        DLT_CHECK(dlt__check_same_ctx(x, p, F, "x", names[i]));
+        DLT_CHECK(dlt__check_float(p, F, names[i]));
+        int ok = p->ndim == n;
+        for (int32_t d = 0; ok && d < n; d++) ok = p->shape[d] == normalized_shape[d];
+        if (!ok)
+            return dlt__err(DLT_ERR_SHAPE, F, "%s has shape %s; it must equal normalized_shape %s",
+                            names[i], dlt__shape_str(p, a, sizeof a), dlt__shape_str(x, b, sizeof b));
+    }
+    if (!(eps >= 0.0)) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "eps %g must be >= 0", eps);
+    dlt_ctx *ctx = x->ctx;
+    DLT_NEED_KERNEL(ctx, ln_fwd, F);
+    ln_attr at = {.M = 1, .N = 1, .has_w = weight != NULL, .has_b = bias != NULL};
+    for (int32_t i = 0; i < x->ndim; i++) {
+        if (i < x->ndim - n) at.M *= x->shape[i];
+        else at.N *= x->shape[i];
+    }
+    dlt_tensor *xc = NULL, *t = NULL, *y = NULL, *mean = NULL, *rstd = NULL;
+    dlt_node *node = NULL;
+    dlt_status st;
+    DLT_CHECK(dlt__contiguous_input(x, F, &t));
+    st = dlt__autocast_fp32(t, F, &xc);
+    dlt_tensor_release(t);
+    if (st != DLT_OK) return dlt__err_wrap(st, F);
+    DLT_CHECK_GOTO(st, dlt__tensor_new_like(xc, xc->dtype, F, &y), done);
+    DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &at.M, 1, DLT_FORMAT_CONTIGUOUS, F, &mean), done);
+    DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &at.M, 1, DLT_FORMAT_CONTIGUOUS, F, &rstd), done);
+    if (y->numel) DLT_CHECK_GOTO(st, ctx->be->ln_fwd(ctx, y, mean, rstd, xc, weight, bias, at.M, at.N, eps), done);
+    {
+        /* inputs: x, then weight and bias when given (a bias without weight sits in slot 2) */
+        dlt_tensor *in[3] = {xc, weight, bias};
+        const int32_t n_in = bias ? 3 : weight ? 2 : 1;
+        DLT_CHECK_GOTO(st, dlt__record(ctx, "layer_norm", ln_backward, in, n_in, &y, 1, &node), done);
+    }
+    if (node) {
+        DLT_SET_ATTR(node, ln_attr, at);
+        dlt__save(node, xc);
+        dlt__save(node, mean);
+        dlt__save(node, rstd);
+        if (weight) dlt__save(node, weight);
+        if (bias) dlt__save(node, bias); /* only its shape and dtype are read */
+    }
+done:
+    dlt_tensor_release(xc);
+    dlt_tensor_release(mean);
+    dlt_tensor_release(rstd);
+    if (st != DLT_OK) {
+        dlt_tensor_release(y);
+        return dlt__err_wrap(st, F);
+    }
+    *out = y;
+    return DLT_OK;
+}
