@@ -1,0 +1,83 @@
+/*
+ * binary.c - rows of the broadcasting binary ops (add, sub, mul, div): float64 loops over
+ * the broadcast index space. ip[0]: 0 add, 1 sub, 2 mul, 3 div.
+ */
+#include "op_common.h"
+
+static dlt_status fwd(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out) {
+    switch (c->ip[0]) {
+    case 0: return dlt_add(in[0], in[1], out);
+    case 1: return dlt_sub(in[0], in[1], out);
+    case 2: return dlt_mul(in[0], in[1], out);
+    default: return dlt_div(in[0], in[1], out);
+    }
+}
+
+static void ref(const ot_case *c, double *const *in, double *out) {
+    const int64_t n = ot_out_numel(c);
+    for (int64_t i = 0; i < n; i++) {
+        const double a = in[0][ot_bcast_index(c->out_shape, c->out_ndim, c->in[0].shape, c->in[0].ndim, i)];
+        const double b = in[1][ot_bcast_index(c->out_shape, c->out_ndim, c->in[1].shape, c->in[1].ndim, i)];
+        out[i] = c->ip[0] == 0 ? a + b : c->ip[0] == 1 ? a - b : c->ip[0] == 2 ? a * b : a / b;
+    }
+}
+
+#define X(nd, ...) {OT_X, nd, {__VA_ARGS__}, 0, 0, 0}
+#define XR(lo, hi, nd, ...) {OT_X, nd, {__VA_ARGS__}, lo, hi, 0}
+static const ot_case CASES[] = {
+    {"add same shape", fwd, ref, 2, {X(2, 3, 4), X(2, 3, 4)}, 2, {3, 4}, -1, {0}},
+    {"add row broadcast", fwd, ref, 2, {X(3, 2, 3, 4), X(1, 4)}, 3, {2, 3, 4}, -1, {0}},
+    {"add both broadcast", fwd, ref, 2, {X(3, 2, 1, 4), X(2, 3, 1)}, 3, {2, 3, 4}, -1, {0}},
+    {"add scalar tensor", fwd, ref, 2, {X(2, 5, 2), X(0, 0)}, 2, {5, 2}, -1, {0}},
+    {"sub leading broadcast", fwd, ref, 2, {X(1, 5), X(2, 2, 5)}, 2, {2, 5}, -1, {1}},
+    {"mul same shape", fwd, ref, 2, {X(2, 3, 7), X(2, 3, 7)}, 2, {3, 7}, -1, {2}},
+    {"mul outer", fwd, ref, 2, {X(3, 4, 1, 3), X(3, 1, 5, 1)}, 3, {4, 5, 3}, -1, {2}},
+    {"div column", fwd, ref, 2, {X(2, 3, 4), XR(0.5, 2.0, 2, 3, 1)}, 2, {3, 4}, -1, {3}},
+    {"div same shape", fwd, ref, 2, {X(1, 9), XR(-2.0, -0.5, 1, 9)}, 1, {9}, -1, {3}},
+    {"add f32 + param promotes", fwd, ref, 2, {X(2, 2, 6), {OT_P, 1, {6}, 0, 0, 0}}, 2, {2, 6}, DLT_F32, {0}},
+    {"mul empty", fwd, ref, 2, {X(2, 0, 3), X(1, 3)}, 2, {0, 3}, -1, {2}},
+};
+
+static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {
+    const int64_t a[2] = {2, 3}, b[2] = {3, 2};
+    dlt_tensor *x = ot_zeros(ctx, DLT_F32, a, 2), *y = ot_zeros(ctx, DLT_F32, b, 2), *o = OT_SENTINEL;
+    dlt_status st = dlt_mul(x, y, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(x), dlt_tensor_release(y);
+    return st;
+}
+static dlt_status e_int(dlt_ctx *ctx, int *out_touched) {
+    const int64_t a[1] = {4};
+    dlt_tensor *x = ot_zeros(ctx, DLT_F32, a, 1), *y = ot_zeros(ctx, DLT_I64, a, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_sub(x, y, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(x), dlt_tensor_release(y);
+    return st;
+}
+static dlt_status e_null(dlt_ctx *ctx, int *out_touched) {
+    const int64_t a[1] = {4};
+    dlt_tensor *x = ot_zeros(ctx, DLT_F32, a, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_div(x, NULL, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(x);
+    return st;
+}
+static dlt_status e_ctx(dlt_ctx *ctx, int *out_touched) {
+    const int64_t a[1] = {4};
+    dlt_ctx *other = NULL;
+    if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &other) != DLT_OK) return -1;
+    dlt_tensor *x = ot_zeros(ctx, DLT_F32, a, 1), *y = ot_zeros(other, DLT_F32, a, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_add(x, y, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(x), dlt_tensor_release(y);
+    dlt_ctx_destroy(other);
+    return st;
+}
+static const ot_err ERRORS[] = {
+    {"shapes [2,3] and [3,2] do not broadcast", e_shape, DLT_ERR_SHAPE},
+    {"an integer operand", e_int, DLT_ERR_DTYPE},
+    {"a NULL operand", e_null, DLT_ERR_NULL_POINTER},
+    {"operands of two contexts", e_ctx, DLT_ERR_CONTEXT_MISMATCH},
+};
+
+OT_STEM(binary, CASES, ERRORS);

@@ -1,0 +1,106 @@
+/*
+ * embedding.c - rows of embedding: rows of the weight gathered by integer indices (with
+ * repeats, so the backward must accumulate), padding_idx excluded from the gradient.
+ * ip[0]: padding_idx (or DLT_NO_PADDING_IDX).
+ */
+#include "op_common.h"
+
+static dlt_status fwd(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out) {
+    return dlt_embedding(in[0], in[1], c->ip[0], out);
+}
+
+static void ref(const ot_case *c, double *const *in, double *out) {
+    const int64_t D = c->in[0].shape[1], n = ot_numel(&c->in[1]);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < D; j++) out[i * D + j] = in[0][(int64_t)in[1][i] * D + j];
+}
+
+static const ot_case CASES[] = {
+    {"i64 indices with repeats", fwd, ref, 2, {{OT_X, 2, {7, 5}, 0, 0, 0}, {OT_I64, 2, {3, 4}, 0, 7, 0}}, 3,
+     {3, 4, 5}, -1, {DLT_NO_PADDING_IDX}},
+    {"i32 indices, 1-D", fwd, ref, 2, {{OT_X, 2, {4, 3}, 0, 0, 0}, {OT_I32, 1, {9}, 0, 4, 0}}, 2, {9, 3}, -1,
+     {DLT_NO_PADDING_IDX}},
+    {"wide rows", fwd, ref, 2, {{OT_X, 2, {11, 130}, 0, 0, 0}, {OT_I64, 1, {6}, 0, 11, 0}}, 2, {6, 130}, -1,
+     {DLT_NO_PADDING_IDX}},
+    {"empty indices", fwd, ref, 2, {{OT_X, 2, {4, 3}, 0, 0, 0}, {OT_I64, 2, {2, 0}, 0, 4, 0}}, 3, {2, 0, 3}, -1,
+     {DLT_NO_PADDING_IDX}},
+};
+
+/* padding_idx: the forward still reads the row, the gradient skips it */
+static dlt_status e_padding(dlt_ctx *ctx, int *out_touched) {
+    *out_touched = 0;
+    const int64_t ws[2] = {3, 2}, n = 4;
+    const float wv[6] = {1, 2, 3, 4, 5, 6};
+    const int64_t iv[4] = {0, 1, 1, 2};
+    dlt_tensor *w = NULL, *idx = NULL, *y = NULL, *u = NULL;
+    dlt_status st = dlt_tensor_from_host(ctx, DLT_F32, ws, 2, 0, wv, sizeof wv, &w);
+    if (st == DLT_OK) st = dlt_tensor_set_requires_grad(w, 1);
+    if (st == DLT_OK) st = dlt_tensor_from_host(ctx, DLT_I64, &n, 1, 0, iv, sizeof iv, &idx);
+    if (st == DLT_OK) st = dlt_embedding(w, idx, -2, &y); /* padding row 1 (= 3 - 2) */
+    const int64_t ys[2] = {4, 2};
+    if (st == DLT_OK) st = dlt_tensor_zeros(ctx, DLT_F32, ys, 2, 0, &u);
+    if (st == DLT_OK) st = dlt_tensor_fill(u, 1.0);
+    if (st == DLT_OK) st = dlt_backward(y, u);
+    float yv[8] = {0}, gv[6] = {0};
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(y, yv, sizeof yv);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(dlt_tensor_grad(w), gv, sizeof gv);
+    const float want_y[8] = {1, 2, 3, 4, 3, 4, 5, 6}, want_g[6] = {1, 1, 0, 0, 1, 1};
+    for (int i = 0; st == DLT_OK && i < 8; i++)
+        if (yv[i] != want_y[i] || (i < 6 && gv[i] != want_g[i])) st = DLT_ERR_INTERNAL;
+    dlt_tensor_release(w), dlt_tensor_release(idx), dlt_tensor_release(y), dlt_tensor_release(u);
+    return st;
+}
+static dlt_status e_range(dlt_ctx *ctx, int *out_touched) {
+    const int64_t ws[2] = {3, 2}, n = 2;
+    const int64_t iv[2] = {1, 3};
+    dlt_tensor *w = ot_zeros(ctx, DLT_F32, ws, 2), *idx = NULL, *o = OT_SENTINEL;
+    dlt_status st = dlt_tensor_from_host(ctx, DLT_I64, &n, 1, 0, iv, sizeof iv, &idx);
+    if (st == DLT_OK) st = dlt_embedding(w, idx, DLT_NO_PADDING_IDX, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(w), dlt_tensor_release(idx);
+    return st;
+}
+static dlt_status e_negative(dlt_ctx *ctx, int *out_touched) {
+    const int64_t ws[2] = {3, 2}, n = 1;
+    const int32_t iv[1] = {-1};
+    dlt_tensor *w = ot_zeros(ctx, DLT_F32, ws, 2), *idx = NULL, *o = OT_SENTINEL;
+    dlt_status st = dlt_tensor_from_host(ctx, DLT_I32, &n, 1, 0, iv, sizeof iv, &idx);
+    if (st == DLT_OK) st = dlt_embedding(w, idx, DLT_NO_PADDING_IDX, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(w), dlt_tensor_release(idx);
+    return st;
+}
+static dlt_status e_float_idx(dlt_ctx *ctx, int *out_touched) {
+    const int64_t ws[2] = {3, 2}, n = 2;
+    dlt_tensor *w = ot_zeros(ctx, DLT_F32, ws, 2), *idx = ot_zeros(ctx, DLT_F32, &n, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_embedding(w, idx, DLT_NO_PADDING_IDX, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(w), dlt_tensor_release(idx);
+    return st;
+}
+static dlt_status e_pad_range(dlt_ctx *ctx, int *out_touched) {
+    const int64_t ws[2] = {3, 2}, n = 2;
+    dlt_tensor *w = ot_zeros(ctx, DLT_F32, ws, 2), *idx = ot_zeros(ctx, DLT_I64, &n, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_embedding(w, idx, 3, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(w), dlt_tensor_release(idx);
+    return st;
+}
+static dlt_status e_weight_1d(dlt_ctx *ctx, int *out_touched) {
+    const int64_t ws[1] = {3}, n = 2;
+    dlt_tensor *w = ot_zeros(ctx, DLT_F32, ws, 1), *idx = ot_zeros(ctx, DLT_I64, &n, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_embedding(w, idx, DLT_NO_PADDING_IDX, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(w), dlt_tensor_release(idx);
+    return st;
+}
+static const ot_err ERRORS[] = {
+    {"padding_idx -2 of 3 rows: forward reads it, gradient skips it (exact values)", e_padding, DLT_OK},
+    {"index 3 of 3 rows", e_range, DLT_ERR_INVALID_ARGUMENT},
+    {"negative index", e_negative, DLT_ERR_INVALID_ARGUMENT},
+    {"float indices", e_float_idx, DLT_ERR_DTYPE},
+    {"padding_idx out of range", e_pad_range, DLT_ERR_INVALID_ARGUMENT},
+    {"1-D weight", e_weight_1d, DLT_ERR_SHAPE},
+};
+
+OT_STEM(embedding, CASES, ERRORS);

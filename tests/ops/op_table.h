@@ -1,0 +1,120 @@
+/*
+ * op_table.h - one row schema for every op's tests (tests/ops/<stem>.c), driven in three
+ * modes by the programs that include the rows:
+ *   ref     test_op_table: the CPU forward (f32) against the row's float64 reference;
+ *   grad    test_op_table: the CPU backward against central finite differences of that
+ *           reference (L = sum(u * y) for a random u), then a second backward that must
+ *           accumulate (twice the gradient), then no tape node left alive;
+ *   backend cuda_op_table: CUDA against the CPU backend from the same input bytes, forward
+ *           and backward, in f32, f16 and bf16 (skips without a GPU).
+ * Error rows (ot_err) call an op with bad arguments and expect a status, a message naming
+ * the function, and an untouched out-pointer.
+ *
+ * How to add an op (the whole checklist, five files for a new stem):
+ *   1. include/dltrain/ops.h: the public declaration with its doc comment;
+ *   2. lib/ops/<stem>.c: the front door (validation, autocast, tape node, backward);
+ *   3. lib/cpu/<stem>.c and cuda/<stem>.cu: the kernels, entries in struct dlt_backend
+ *      (lib/core/internal.h) and the ENTRIES macros of ops_cpu.h / ops_cuda.h;
+ *   4. tests/ops/<stem>.c: rows (OT_CASES) with a float64 reference and error rows, and the
+ *      stem in tests/ops/stems.h (its sources are listed in tests/meson.build);
+ *   5. docs/ops.md: a table row; bindings/python: the _lib.py signature and a function.
+ * An op built from other recorded ops (a composite) needs only 1, 2, 4 and 5.
+ */
+#ifndef DLT_TEST_OP_TABLE_H
+#define DLT_TEST_OP_TABLE_H
+
+#include <stdint.h>
+
+#include "dltrain.h"
+
+#define OT_MAX_IN 6
+#define OT_MAX_DIMS 6
+
+/* input kinds */
+enum {
+    OT_X = 1,  /* float in the case dtype, requires grad (checked) */
+    OT_C,      /* float in the case dtype, constant */
+    OT_P,      /* f32 whatever the case dtype, requires grad (parameters: LN weight) */
+    OT_I64,    /* int64 integers in [lo, hi) */
+    OT_I32,    /* int32 integers in [lo, hi) */
+    OT_NULL,   /* passed as NULL (an absent optional input) */
+};
+
+/* row flags */
+#define OT_NO_GRAD 1u    /* no differentiable output (argmax) */
+#define OT_NO_REF 2u     /* random op: no float64 reference, backend mode only */
+#define OT_CPU_ONLY 4u   /* not compared with CUDA */
+#define OT_F32_ONLY 8u   /* backend mode in f32 only */
+
+typedef struct ot_in {
+    int32_t kind;
+    int32_t ndim;
+    int64_t shape[OT_MAX_DIMS];
+    double lo, hi;  /* value range (default -1, 1) */
+    int32_t spaced; /* values at least 1/64 apart (no ties, no kinks within the FD step) */
+} ot_in;
+
+typedef struct ot_case ot_case;
+/* Calls the front door on in[] (NULL where the kind is OT_NULL). */
+typedef dlt_status (*ot_fwd)(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out);
+/* float64 reference: in[i] in row-major logical order (NULL for OT_NULL), out sized by
+ * out_shape. */
+typedef void (*ot_ref)(const ot_case *c, double *const *in, double *out);
+
+struct ot_case {
+    const char *name;
+    ot_fwd fwd;
+    ot_ref ref;
+    int32_t n_in;
+    ot_in in[OT_MAX_IN];
+    int32_t out_ndim;
+    int64_t out_shape[OT_MAX_DIMS];
+    int32_t out_dtype; /* -1: the case dtype (or f32 for promoted results: set explicitly) */
+    int64_t ip[8];
+    double fp[4];
+    double tol;        /* relative-norm tolerance of the f32 forward and gradients vs float64
+                        * (0: 1e-5 forward, 1e-4 gradients) */
+    uint32_t flags;
+};
+
+typedef struct ot_err {
+    const char *name;
+    /* makes its own tensors on ctx and returns the op's status; *out_touched is set when
+     * the out-pointer was written */
+    dlt_status (*call)(dlt_ctx *ctx, int *out_touched);
+    dlt_status expect;
+} ot_err;
+
+typedef struct ot_stem {
+    const char *stem;
+    const ot_case *cases;
+    int n_cases;
+    const ot_err *errors;
+    int n_errors;
+} ot_stem;
+
+/* Helpers for error rows: a tensor of the shape (zeros), and the out-pointer convention. */
+dlt_tensor *ot_zeros(dlt_ctx *ctx, int32_t dtype, const int64_t *shape, int32_t ndim);
+#define OT_SENTINEL ((dlt_tensor *)0x1)
+#define OT_TOUCHED(y) (*out_touched = (y) != OT_SENTINEL)
+
+/* Shape helpers for references. */
+static inline int64_t ot_numel(const ot_in *in) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < in->ndim; i++) n *= in->shape[i];
+    return n;
+}
+
+#define OT_STEMS(X)                                                                           \
+    X(binary) X(pointwise) X(reduce) X(softmax) X(layer_norm) X(dropout) X(embedding)        \
+    X(attention) X(matmul) X(layout) X(losses)
+
+#define OT_DECLARE(s) extern const ot_stem ot_stem_##s;
+OT_STEMS(OT_DECLARE)
+#undef OT_DECLARE
+
+#define OT_STEM(s, cases, errors)                                                             \
+    const ot_stem ot_stem_##s = {#s, cases, (int)(sizeof cases / sizeof cases[0]), errors,    \
+                                 (int)(sizeof errors / sizeof errors[0])}
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * pointwise.c - rows of the unary ops and activations, referenced by libm in double
+ * (written from PyTorch's definitions; the library's own formulas are not used).
+ * ip[0] selects the op, fp[0] is its scalar.
+ */
+#include <math.h>
+
+#include "op_common.h"
+
+enum { NEG, EXP, LOG, SQRT, RSQRT, ABS, POW, ADDS, GELU, GELU_T, SILU, SIGM, TANH, SOFTP };
+
+static dlt_status fwd(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out) {
+    dlt_tensor *x = in[0];
+    switch (c->ip[0]) {
+    case NEG: return dlt_neg(x, out);
+    case EXP: return dlt_exp(x, out);
+    case LOG: return dlt_log(x, out);
+    case SQRT: return dlt_sqrt(x, out);
+    case RSQRT: return dlt_rsqrt(x, out);
+    case ABS: return dlt_abs(x, out);
+    case POW: return dlt_pow_scalar(x, c->fp[0], out);
+    case ADDS: return dlt_add_scalar(x, c->fp[0], out);
+    case GELU: return dlt_gelu(x, DLT_GELU_NONE, out);
+    case GELU_T: return dlt_gelu(x, DLT_GELU_TANH, out);
+    case SILU: return dlt_silu(x, out);
+    case SIGM: return dlt_sigmoid(x, out);
+    case TANH: return dlt_tanh(x, out);
+    default: return dlt_softplus(x, out);
+    }
+}
+
+static double f(int64_t op, double x, double a) {
+    switch (op) {
+    case NEG: return -x;
+    case EXP: return exp(x);
+    case LOG: return log(x);
+    case SQRT: return sqrt(x);
+    case RSQRT: return 1.0 / sqrt(x);
+    case ABS: return fabs(x);
+    case POW: return pow(x, a);
+    case ADDS: return x + a;
+    case GELU: return x * 0.5 * erfc(-x / sqrt(2.0));
+    case GELU_T: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * pow(x, 3.0))));
+    case SILU: return x / (1.0 + exp(-x));
+    case SIGM: return 1.0 / (1.0 + exp(-x));
+    case TANH: return tanh(x);
+    default: return log(1.0 + exp(x));
+    }
+}
+
+static void ref(const ot_case *c, double *const *in, double *out) {
+    const int64_t n = ot_out_numel(c);
+    for (int64_t i = 0; i < n; i++) out[i] = f(c->ip[0], in[0][i], c->fp[0]);
+}
+
+#define R(name, op, a, lo, hi, spaced)                                                         \
+    {name, fwd, ref, 1, {{OT_X, 3, {2, 3, 5}, lo, hi, spaced}}, 3, {2, 3, 5}, -1, {op}, {a}}
+static const ot_case CASES[] = {
+    R("neg", NEG, 0, -1, 1, 0),
+    R("exp", EXP, 0, -3, 3, 0),
+    R("log", LOG, 0, 0.1, 4, 0),
+    R("sqrt", SQRT, 0, 0.1, 4, 0),
+    R("rsqrt", RSQRT, 0, 0.2, 4, 0),
+    R("abs (no zero)", ABS, 0, -1, 1, 1),
+    R("pow 2.5", POW, 2.5, 0.2, 2, 0),
+    R("pow 3 of signed", POW, 3.0, -1.5, 1.5, 0),
+    R("pow 0", POW, 0.0, 0.2, 2, 0),
+    R("add_scalar", ADDS, -0.75, -1, 1, 0),
+    R("gelu erf", GELU, 0, -4, 4, 0),
+    R("gelu tanh", GELU_T, 0, -4, 4, 0),
+    R("silu", SILU, 0, -5, 5, 0),
+    R("sigmoid", SIGM, 0, -6, 6, 0),
+    R("tanh", TANH, 0, -3, 3, 0),
+    R("softplus", SOFTP, 0, -8, 8, 0),
+    R("softplus large", SOFTP, 0, 19, 30, 0),
+    {"gelu tanh 1-D", fwd, ref, 1, {{OT_X, 1, {37}, -2, 2, 0}}, 1, {37}, -1, {GELU_T}},
+    {"exp empty", fwd, ref, 1, {{OT_X, 2, {0, 4}, 0, 0, 0}}, 2, {0, 4}, -1, {EXP}},
+};
+
+static dlt_status e_int(dlt_ctx *ctx, int *out_touched) {
+    const int64_t s[1] = {3};
+    dlt_tensor *x = ot_zeros(ctx, DLT_I32, s, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_exp(x, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(x);
+    return st;
+}
+static dlt_status e_gelu_mode(dlt_ctx *ctx, int *out_touched) {
+    const int64_t s[1] = {3};
+    dlt_tensor *x = ot_zeros(ctx, DLT_F32, s, 1), *o = OT_SENTINEL;
+    dlt_status st = dlt_gelu(x, 7, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(x);
+    return st;
+}
+static dlt_status e_null(dlt_ctx *ctx, int *out_touched) {
+    (void)ctx;
+    dlt_tensor *o = OT_SENTINEL;
+    dlt_status st = dlt_tanh(NULL, &o);
+    OT_TOUCHED(o);
+    return st;
+}
+static const ot_err ERRORS[] = {
+    {"exp of an integer tensor", e_int, DLT_ERR_DTYPE},
+    {"gelu with an unknown approximation", e_gelu_mode, DLT_ERR_INVALID_ARGUMENT},
+    {"tanh of NULL", e_null, DLT_ERR_NULL_POINTER},
+};
+
+OT_STEM(pointwise, CASES, ERRORS);
