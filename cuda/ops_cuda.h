@@ -104,6 +104,49 @@ dlt_status dlt__cuda_data_cursor_advance(dlt_ctx *ctx, dlt_data_cursor *cursor);
     .data_cursor_set = dlt__cuda_data_cursor_set,                                             \
     .data_cursor_advance = dlt__cuda_data_cursor_advance,
 
+/* ---- transformer ops: binary.cu (binary, copy_nd), pointwise.cu, reduce.cu, matmul.cu,
+ * softmax.cu, layer_norm.cu, dropout.cu (and rng_advance), embedding.cu, attention.cu ---- */
+dlt_status dlt__cuda_binary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, const dlt_nd_operand *oa,
+                            const dlt_tensor *b, const dlt_nd_operand *ob, const dlt_nd *s, int32_t op,
+                            double alpha);
+dlt_status dlt__cuda_copy_nd(dlt_ctx *ctx, dlt_tensor *dst, const dlt_nd_operand *od, const dlt_tensor *src,
+                             const dlt_nd_operand *os, const dlt_nd *s);
+dlt_status dlt__cuda_unary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int32_t op, double alpha);
+dlt_status dlt__cuda_unary_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *x,
+                               const dlt_tensor *y, int32_t op, double alpha);
+dlt_status dlt__cuda_reduce(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_reduce_spec *r,
+                            int32_t op, double alpha);
+dlt_status dlt__cuda_gemm(dlt_ctx *ctx, dlt_tensor *c, const dlt_tensor *a, const dlt_tensor *b,
+                          const dlt_gemm_batch *g);
+dlt_status dlt__cuda_softmax_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int64_t outer, int64_t n,
+                                 int64_t inner, int32_t log_);
+dlt_status dlt__cuda_softmax_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y,
+                                 int64_t outer, int64_t n, int64_t inner, int32_t log_);
+dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd, const dlt_tensor *x,
+                            const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps);
+dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
+                            const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean,
+                            const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N);
+dlt_status dlt__cuda_dropout(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,
+                             uint64_t offset);
+dlt_status dlt__cuda_rng_advance(dlt_ctx *ctx, uint64_t delta);
+dlt_status dlt__cuda_embedding_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *w, const dlt_tensor *idx);
+dlt_status dlt__cuda_embedding_bwd(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor *dy, const dlt_tensor *idx,
+                                   int64_t padding_idx, int32_t beta);
+dlt_status dlt__cuda_sdpa_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *q,
+                              const dlt_tensor *k, const dlt_tensor *v, const dlt_sdpa_params *p);
+dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_tensor *dv, const dlt_tensor *dout,
+                              const dlt_tensor *q, const dlt_tensor *k, const dlt_tensor *v, const dlt_tensor *o,
+                              const dlt_tensor *lse, const dlt_sdpa_params *p);
+#define DLT_CUDA_TRANSFORMER_ENTRIES                                                          \
+    .binary = dlt__cuda_binary, .copy_nd = dlt__cuda_copy_nd, .unary = dlt__cuda_unary,       \
+    .unary_bwd = dlt__cuda_unary_bwd, .reduce = dlt__cuda_reduce, .gemm = dlt__cuda_gemm,     \
+    .softmax_fwd = dlt__cuda_softmax_fwd, .softmax_bwd = dlt__cuda_softmax_bwd,               \
+    .ln_fwd = dlt__cuda_ln_fwd, .ln_bwd = dlt__cuda_ln_bwd, .dropout = dlt__cuda_dropout,     \
+    .embedding_fwd = dlt__cuda_embedding_fwd, .embedding_bwd = dlt__cuda_embedding_bwd,       \
+    .sdpa_fwd = dlt__cuda_sdpa_fwd, .sdpa_bwd = dlt__cuda_sdpa_bwd,                           \
+    .rng_advance = dlt__cuda_rng_advance,
+
 #ifdef __cplusplus
 }
 #endif
@@ -111,6 +154,6 @@ dlt_status dlt__cuda_data_cursor_advance(dlt_ctx *ctx, dlt_data_cursor *cursor);
 #define DLT_CUDA_OPS_ENTRIES                                                                  \
     DLT_CUDA_CONV2D_ENTRIES DLT_CUDA_BATCHNORM_ENTRIES DLT_CUDA_POOL_ENTRIES                  \
     DLT_CUDA_LINEAR_ENTRIES DLT_CUDA_CROSS_ENTROPY_ENTRIES DLT_CUDA_SGD_ENTRIES              \
-    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES
+    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES DLT_CUDA_TRANSFORMER_ENTRIES
 
 #endif

@@ -1,0 +1,51 @@
+/*
+ * dropout.cu - CUDA dropout (lib/ops/dropout.c): element i kept when the Philox uniform of
+ * (seed, offset + *rng_base, i) is >= p, then scaled by 1/(1-p). lib/core/philox.h is the
+ * same code the CPU backend runs, so a seed gives the same mask on both. The base is read
+ * on the device (a replayed graph sees the value its previous replay left); rng_advance adds
+ * to it, as the last node of a captured step. Compile-checked; first run on a GPU is the
+ * next session's.
+ */
+#include "../lib/core/philox.h"
+#include "common.cuh"
+#include "ops_cuda.h"
+
+using namespace dlt;
+
+namespace {
+
+template <typename T>
+__global__ void dropout_kernel(T *y, const T *x, int64_t n, float p, float scale, uint64_t seed, uint64_t offset,
+                               const uint64_t *base) {
+    const uint64_t off = offset + *base;
+    DLT_GRID_STRIDE(i, n) {
+        const bool keep = dlt__philox_uniform(seed, off, (uint64_t)i) >= p;
+        y[i] = from_f<T>(keep ? to_f<T>(x[i]) * scale : 0.0f);
+    }
+}
+
+__global__ void rng_advance_kernel(uint64_t *base, uint64_t delta) { *base += delta; }
+
+} // namespace
+
+extern "C" {
+
+dlt_status dlt__cuda_dropout(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,
+                             uint64_t offset) {
+    const int64_t n = x->numel;
+    const float scale = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    DLT_DISPATCH_FLOAT(x->dtype, T,
+        dropout_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>(
+            (T *)dlt__data(y), (const T *)dlt__data(x), n, (float)p, scale, seed, offset,
+            (const uint64_t *)ctx->rng_base));
+    DLT_CU_LAUNCHED(ctx, "dlt_dropout");
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_rng_advance(dlt_ctx *ctx, uint64_t delta) {
+    rng_advance_kernel<<<1, 1, 0, dlt__stream(ctx)>>>((uint64_t *)ctx->rng_base, delta);
+    DLT_CU_LAUNCHED(ctx, "dlt_graph_create");
+    return DLT_OK;
+}
+
+} // extern "C"

@@ -1,0 +1,126 @@
+/*
+ * cuda_op_table.c - the op table (tests/ops/) in backend mode: every row run on CUDA and on
+ * the CPU backend from the same input bytes, in f32, f16 and bf16, forward and backward
+ * (the same random upstream gradient), outputs and every input gradient compared by
+ * relative norm with the tolerance of the dtype (fp32 1e-5: TF32 is off by default; fp16
+ * and bf16 1e-2). Rows flagged OT_CPU_ONLY are skipped, OT_F32_ONLY run in f32 alone.
+ * Without a GPU every case skips; DLT_CUDA_OPS_SELFTEST=1 compares against a second CPU
+ * context instead, which runs the driver and every low-precision CPU path in CI.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "ops/op_common.h"
+
+static const struct {
+    int32_t dtype;
+    double tol;
+} DTYPES[] = {{DLT_F32, 1e-5}, {DLT_F16, 1e-2}, {DLT_BF16, 1e-2}};
+
+static dlt_ctx *g_cpu, *g_dev;
+static char g_no_dev[256];
+static const ot_case *g_case;
+static int32_t g_dtype;
+static double g_tol;
+
+static const ot_stem *const STEMS[] = {
+#define OT_REF(s) &ot_stem_##s,
+    OT_STEMS(OT_REF)
+#undef OT_REF
+};
+
+/* Forward and backward of the case on ctx; returns the output and the input gradients as
+ * doubles (owned by the caller). */
+static void run_on(dlt_ctx *ctx, double *const *vals, double **y_out, int64_t *ny, double **grads) {
+    const ot_case *c = g_case;
+    dlt_tensor *in[OT_MAX_IN] = {NULL}, *y = NULL, *u = NULL;
+    for (int i = 0; i < c->n_in; i++) {
+        if (c->in[i].kind == OT_NULL) continue;
+        in[i] = ot_tensor(ctx, c, i, g_dtype, vals[i]);
+        REQUIRE(in[i] != NULL, "input %d on %s: %s", i, ctx == g_cpu ? "cpu" : "device", dlt_last_error());
+    }
+    CHECK_OK(c->fwd(c, in, &y));
+    *ny = dlt_tensor_numel(y);
+    *y_out = ot_read(y);
+    if (!(c->flags & OT_NO_GRAD)) {
+        double *uv = ot_random(ot_hash(c->name) ^ 0xdeadbeefu, *ny, -1.0, 1.0, dlt_tensor_dtype(y));
+        float *uf = malloc((size_t)(*ny > 0 ? *ny : 1) * sizeof *uf);
+        for (int64_t i = 0; i < *ny; i++) uf[i] = (float)uv[i];
+        int64_t shape[8];
+        const int32_t nd = dlt_tensor_shape(y, shape, 8);
+        dlt_tensor *uf32 = NULL;
+        CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, shape, nd, DLT_FORMAT_CONTIGUOUS, uf, (size_t)*ny * sizeof(float),
+                                      &uf32));
+        CHECK_OK(dlt_tensor_cast(uf32, dlt_tensor_dtype(y), &u));
+        dlt_tensor_release(uf32);
+        free(uf);
+        free(uv);
+        CHECK_OK(dlt_backward(y, u));
+        for (int i = 0; i < c->n_in; i++)
+            if (in[i] && (c->in[i].kind == OT_X || c->in[i].kind == OT_P)) grads[i] = ot_read(dlt_tensor_grad(in[i]));
+    }
+    dlt_tensor_release(y);
+    dlt_tensor_release(u);
+    for (int i = 0; i < c->n_in; i++) dlt_tensor_release(in[i]);
+}
+
+static void run_case(void) {
+    if (!g_dev) SKIP("%s", g_no_dev);
+    const ot_case *c = g_case;
+    double *vals[OT_MAX_IN] = {NULL}, *gc[OT_MAX_IN] = {NULL}, *gd[OT_MAX_IN] = {NULL};
+    int64_t nv[OT_MAX_IN] = {0};
+    for (int i = 0; i < c->n_in; i++) vals[i] = ot_values(c, i, g_dtype, &nv[i]);
+    double *yc = NULL, *yd = NULL;
+    int64_t nc = 0, ndv = 0;
+    run_on(g_cpu, vals, &yc, &nc, gc);
+    run_on(g_dev, vals, &yd, &ndv, gd);
+    REQUIRE(nc == ndv, "%s: %lld output elements on the CPU, %lld on the device", c->name, (long long)nc,
+            (long long)ndv);
+    const double ey = ot_relnorm(yd, yc, nc);
+    CHECK(ey <= g_tol, "%s %s: output rel err %.3g > %.3g", c->name, dlt_dtype_name(g_dtype), ey, g_tol);
+    for (int i = 0; i < c->n_in; i++) {
+        if (!gc[i] || !gd[i]) continue;
+        const double eg = ot_relnorm(gd[i], gc[i], nv[i]);
+        CHECK(eg <= g_tol, "%s %s: gradient of input %d rel err %.3g > %.3g", c->name, dlt_dtype_name(g_dtype), i, eg,
+              g_tol);
+    }
+    for (int i = 0; i < c->n_in; i++) free(vals[i]), free(gc[i]), free(gd[i]);
+    free(yc);
+    free(yd);
+    int64_t live = -1;
+    CHECK_OK(dlt_tape_live_nodes(g_dev, &live));
+    CHECK(live == 0, "%s: %lld device tape nodes alive", c->name, (long long)live);
+}
+
+int main(void) {
+    if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &g_cpu) != DLT_OK) {
+        printf("Bail out! no CPU context: %s\n", dlt_last_error());
+        return 1;
+    }
+    const char *self = getenv("DLT_CUDA_OPS_SELFTEST");
+    if (self && self[0] == '1') {
+        if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &g_dev) != DLT_OK) g_dev = NULL;
+    } else {
+        g_dev = th_cuda_ctx();
+        if (!g_dev) snprintf(g_no_dev, sizeof g_no_dev, "%s", th_skip_reason);
+    }
+    char label[200];
+    for (size_t s = 0; s < sizeof STEMS / sizeof STEMS[0]; s++) {
+        const ot_stem *st = STEMS[s];
+        for (int i = 0; i < st->n_cases; i++) {
+            g_case = &st->cases[i];
+            if (g_case->flags & OT_CPU_ONLY) continue;
+            for (size_t d = 0; d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
+                if (d > 0 && (g_case->flags & OT_F32_ONLY)) continue;
+                g_dtype = DTYPES[d].dtype;
+                g_tol = g_case->tol > 0 && g_dtype == DLT_F32 ? g_case->tol : DTYPES[d].tol;
+                snprintf(label, sizeof label, "%s/%s %s (cuda vs cpu)", st->stem, g_case->name, dlt_dtype_name(g_dtype));
+                th_run(run_case, label);
+            }
+        }
+    }
+    dlt_ctx_destroy(g_dev);
+    dlt_ctx_destroy(g_cpu);
+    return th_done();
+}
