@@ -7,6 +7,7 @@ rename); loads validate the whole file first and change nothing on failure.
 
 import ctypes
 
+from ._guard import tag_array
 from ._handle import arg
 from ._lib import lib, check, enc
 from ._tensor import Tensor
@@ -62,6 +63,7 @@ def safetensors_save(path, tensors):
         keep.append(b)
         names[i] = b
         handles[i] = arg(t, Tensor, "tensors[%r]" % (name,))
+    tag_array(handles, [t for _, t in items])
     check(lib.dlt_safetensors_save(enc(path), names, handles, n))
     del keep
 
