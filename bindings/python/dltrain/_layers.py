@@ -330,25 +330,34 @@ class ResNet(_Described):
         self.__dict__["num_classes"] = num_classes
 
     def _described_children(self):
-        kind, counts = _LAYERS.get(self.depth, ("bottleneck", ()))
-        exp = 4 if kind == "bottleneck" else 1
-        ch = [("conv1", "Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), "
-                        "bias=False)"),
-              ("bn1", _bn(64)), ("relu", _RELU),
-              ("maxpool", "MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=1, "
-                          "ceil_mode=False)")]
-        inplanes = 64
-        for li, (planes, n) in enumerate(zip((64, 128, 256, 512), counts)):
-            blocks = []
-            for b in range(n):
-                stride = 2 if (b == 0 and li > 0) else 1
-                blocks.append((str(b), _block_repr(kind, inplanes, planes, stride)))
-                inplanes = planes * exp
-            ch.append(("layer%d" % (li + 1), _repr_tree("Sequential", "", blocks)))
-        ch.append(("avgpool", "AdaptiveAvgPool2d(output_size=(1, 1))"))
-        ch.append(("fc", "Linear(in_features=%d, out_features=%d, bias=True)"
-                   % (512 * exp, self.num_classes)))
-        return ch
+        return _resnet_children(self.depth, self.num_classes)
+
+
+def _resnet_children(depth, num_classes):
+    kind, counts = _LAYERS.get(depth, ("bottleneck", ()))
+    exp = 4 if kind == "bottleneck" else 1
+    ch = [("conv1", "Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), "
+                    "bias=False)"),
+          ("bn1", _bn(64)), ("relu", _RELU),
+          ("maxpool", "MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=1, "
+                      "ceil_mode=False)")]
+    inplanes = 64
+    for li, (planes, n) in enumerate(zip((64, 128, 256, 512), counts)):
+        blocks = []
+        for b in range(n):
+            stride = 2 if (b == 0 and li > 0) else 1
+            blocks.append((str(b), _block_repr(kind, inplanes, planes, stride)))
+            inplanes = planes * exp
+        ch.append(("layer%d" % (li + 1), _repr_tree("Sequential", "", blocks)))
+    ch.append(("avgpool", "AdaptiveAvgPool2d(output_size=(1, 1))"))
+    ch.append(("fc", "Linear(in_features=%d, out_features=%d, bias=True)"
+               % (512 * exp, num_classes)))
+    return ch
+
+
+def resnet_repr(depth, num_classes):
+    """repr(torchvision.models.resnet<depth>(num_classes=...)), which a ResNet prints."""
+    return _repr_tree("ResNet", "", _resnet_children(depth, num_classes))
 
 
 def resnet18(num_classes=1000, *, ctx=None, device=None):

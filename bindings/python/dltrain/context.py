@@ -155,6 +155,8 @@ def _parse_device(device, index):
             if index is not None and idx != index:
                 raise ValueError("device %r and index %d disagree" % (device, index))
         if s == "cpu":
+            if idx not in (None, 0):
+                raise ValueError("unknown device %r: the CPU is 'cpu' (index 0)" % (device,))
             device = DEVICE_CPU
         elif s in ("cuda", "gpu"):
             device = DEVICE_CUDA

@@ -19,12 +19,19 @@ def _module_cls():
 
 
 def save(module, path):
-    """Saves every state entry (parameters and buffers) of module."""
+    """Saves every state entry (parameters and buffers) of module (a libdltrain module
+    through dlt_module_save, a Python module through its state_dict)."""
+    if isinstance(module, _module_cls()) and not module.is_native:
+        module.save(path)
+        return
     check(lib.dlt_module_save(arg(module, _module_cls(), "module"), enc(path)))
 
 
 def load(module, path):
     """Loads every state entry of module from path (all or nothing)."""
+    if isinstance(module, _module_cls()) and not module.is_native:
+        module.load(path)
+        return
     check(lib.dlt_module_load(arg(module, _module_cls(), "module"), enc(path)))
 
 
