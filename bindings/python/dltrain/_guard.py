@@ -19,6 +19,7 @@ ctypes converts an out-of-range Python int silently (2**64 + 3 becomes 3 for int
 the argument and the C type's range.
 """
 
+import collections
 import ctypes
 import threading
 
@@ -47,7 +48,9 @@ class Guard:
         self._owner = None
         self._owner_name = None
         self._depth = 0
-        self._pending = []  # (function, args) of releases queued by other threads
+        # (function, args) of releases queued by other threads, run in their order (a
+        # tensor's release is queued before its context's destroy)
+        self._pending = collections.deque()
 
     def enter(self, fname):
         tid = _get_ident()
@@ -78,7 +81,7 @@ class Guard:
 
     def _drain(self):
         while self._pending:
-            fn, args = self._pending.pop()
+            fn, args = self._pending.popleft()
             try:
                 fn(*args)
             except Exception:  # a release has nothing to report

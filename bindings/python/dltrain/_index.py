@@ -56,11 +56,14 @@ def plan(shape, key):
             continue
         size = shape[d]
         if isinstance(k, slice):
-            if k.step is not None and operator.index(k.step) != 1:
-                step = operator.index(k.step)
-                raise ValueError("slice step %d is not supported (only step 1; libdltrain has "
-                                 "no strided views)" % step if step > 0 else
-                                 "negative slice steps are not supported (step %d)" % step)
+            step = 1 if k.step is None else operator.index(k.step)
+            if step == 0:
+                raise ValueError("slice step cannot be zero")
+            if step < 0:
+                raise ValueError("negative slice steps are not supported (step %d)" % step)
+            if step != 1:
+                raise ValueError("slice step %d is not supported (only step 1: libdltrain has "
+                                 "no strided views)" % step)
             start, stop, _ = k.indices(size)
             length = max(0, stop - start)
             if start != 0 or length != size:

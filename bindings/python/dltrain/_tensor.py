@@ -60,8 +60,8 @@ def _shape_tuple(shape, what="shape"):
     if isinstance(shape, (str, bytes)):
         raise TypeError("%s must be an int or a sequence of ints, not %s"
                         % (what, type(shape).__name__))
-    if isinstance(shape, (numbers.Integral,)) or hasattr(shape, "__index__") and \
-            not hasattr(shape, "__len__"):
+    if isinstance(shape, numbers.Integral) or (hasattr(shape, "__index__") and
+                                               not hasattr(shape, "__len__")):
         return (_dim_value(shape, 0, what),)
     try:
         items = tuple(shape)

@@ -177,3 +177,30 @@ def test_a_release_from_a_foreign_thread_waits_for_the_owner():
 
     assert _inside_a_call(ctx, drop) == ("ok", "dropped")
     assert ctx.memory_stat("count") == base
+
+
+def test_queued_releases_run_in_their_order():
+    """A tensor's release is queued before its (closing) context's destroy: the owner runs
+    the queue first in, first out."""
+    from dltrain._guard import Guard
+    g = Guard("test context")
+    held, release = threading.Event(), threading.Event()
+    order = []
+
+    def owner():
+        g.enter("dlt_test")
+        held.set()
+        release.wait(TIMEOUT)
+        g.exit()  # runs the queue
+
+    th = threading.Thread(target=owner)
+    th.start()
+    held.wait(TIMEOUT)
+    g.defer(order.append, ("tensor release",))
+    g.defer(order.append, ("context destroy",))
+    assert order == []  # the owner still holds the guard
+    release.set()
+    th.join(TIMEOUT)
+    assert order == ["tensor release", "context destroy"], order
+    g.enter("dlt_test")  # free again
+    g.exit()
