@@ -7,8 +7,9 @@ Floats are printed as integers with a trailing point when they all are ("1."), w
 decimals otherwise, in scientific notation when the magnitudes differ by more than 1000x
 (or exceed 1e8, or go below 1e-4); all numbers share one width. A tensor of more than
 `threshold` (1000) elements is summarised: in every dimension longer than 2 * edgeitems
-only the first and last 3 entries are shown, around "...". Only the values shown are read
-from the tensor (one copy when it is small, element reads otherwise).
+only the first and last 3 entries are shown, around "...". One host copy serves tensors up
+to 64 MiB (only the values shown are unpacked); beyond, the values shown are read one by
+one.
 
 When the loaded library exports dlt_tensor_snprint, its text is used instead (one
 formatting for C and Python).
@@ -17,12 +18,13 @@ formatting for C and Python).
 import ctypes
 import itertools
 import math
+import struct
 
 from . import dtypes as _dt
 from ._lib import lib, check, _SIGNATURES
 
 _OPTS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
-_WHOLE_COPY_LIMIT = 16 << 20  # bytes: above this only the shown elements are read
+_WHOLE_COPY_LIMIT = 64 << 20  # bytes: above this only the shown elements are read
 
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None):
@@ -106,20 +108,24 @@ def _shown_indices(shape, summarize):
 
 
 def _read_values(t, shape, idx):
-    """{flat logical index: value} of the elements shown."""
+    """{flat logical index: value} of the elements shown: one host copy (read in place with
+    struct) unless the tensor is large and few elements are shown, then element reads."""
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
     wanted = [sum(i * s for i, s in zip(combo, strides))
               for combo in itertools.product(*[[i for i in l if i is not None] for l in idx])]
-    if t.nbytes <= _WHOLE_COPY_LIMIT or len(wanted) * 64 > t.numel:
-        flat = t.tolist()
-        for _ in range(len(shape) - 1):
-            flat = [v for row in flat for v in row]
-        if not shape:
-            flat = [flat]
-        return {k: flat[k] for k in wanted}
-    return {k: t.get(k) for k in wanted}
+    if t.nbytes > _WHOLE_COPY_LIMIT and len(wanted) <= 4096:
+        return {k: t.get(k) for k in wanted}
+    c = t if t.format == _dt.CONTIGUOUS else t.to_format(_dt.CONTIGUOUS)
+    raw = c.tobytes()
+    dt = t.dtype
+    n = dt.itemsize
+    if dt.struct_code is None:  # bf16: the high half of an f32
+        return {k: struct.unpack("<f", struct.pack("<I", struct.unpack_from("<H", raw, k * n)[0]
+                                                   << 16))[0] for k in wanted}
+    fmt = "<" + dt.struct_code
+    return {k: struct.unpack_from(fmt, raw, k * n)[0] for k in wanted}
 
 
 def _vector(vals, indent, fmt):
