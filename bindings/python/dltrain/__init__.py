@@ -30,14 +30,19 @@ from .errors import (DltError, InvalidArgument, NotSupported, NoDevice, OutOfMem
                      DeviceError, IOFormatError, InternalError)
 from .dtypes import (DType, float32, float16, half, bfloat16, int32, int64, uint8, f32, f16, bf16,
                      i32, i64, u8, CONTIGUOUS, CHANNELS_LAST, contiguous_format, channels_last,
-                     dtype)
+                     preserve_format, MemoryFormat, dtype)
 from .context import (Context, Event, version, version_string, abi_version, built_with_cuda,
                       cuda_device_count, cuda_is_available, library_path, last_error,
                       clear_error, set_log_callback, set_default_context, current_context,
+                      default_context,
                       DEVICE_CPU, DEVICE_CUDA, MEM_ALLOCATED, MEM_PEAK_ALLOCATED, MEM_RESERVED,
                       MEM_ALLOC_COUNT, LOG_ERROR, LOG_WARNING, LOG_INFO)
-from ._tensor import (Tensor, empty, zeros, ones, full, rand, randn, tensor, from_buffer,
-                     from_numpy, have_numpy)
+from ._tensor import Tensor, have_numpy
+from ._factories import (empty, zeros, ones, full, rand, randn, tensor, from_buffer, from_numpy,
+                         empty_like, zeros_like, ones_like, full_like, rand_like, randn_like)
+from ._format import set_printoptions, get_printoptions
+from ._ops_ext import cat, matmul
+from .errors import ConcurrentUseError
 from . import ops
 from . import functional
 from .autograd import (backward, zero_grad, no_grad, enable_grad, set_grad_enabled,

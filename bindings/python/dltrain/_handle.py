@@ -13,22 +13,35 @@ child. An owner whose children are still alive does not destroy its handle when 
 finalised: it marks itself closing and the last child's release destroys it. This keeps the
 order right even where the garbage collector finalises a reference cycle in arbitrary order
 or a program closes a context before its tensors.
+
+Threads: the handle is stored as a _guard.HandleInt carrying the guard of its context
+(given, or found among the deps), so every C call on it is refused while another thread is
+inside a call on the same context (see _guard.py).
 """
+
+from ._guard import handle_int, guard_of
 
 
 class Handle:
-    __slots__ = ("_ptr", "_deps", "_counted", "_children", "_closing", "_owned", "__weakref__")
+    __slots__ = ("_ptr", "_deps", "_counted", "_children", "_closing", "_owned", "_why",
+                 "__weakref__")
 
     #: destroy/release function of owned handles (a staticmethod in subclasses)
     _destroy = None
     #: noun for messages
     _what = "object"
 
-    def __init__(self, ptr, deps=(), owned=True):
-        self._ptr = int(ptr) if ptr else None
+    def __init__(self, ptr, deps=(), owned=True, guard=None):
         self._deps = tuple(d for d in deps if d is not None)
+        if guard is None:
+            for d in self._deps:
+                guard = guard_of(d)
+                if guard is not None:
+                    break
+        self._ptr = handle_int(ptr, guard) if ptr else None
         self._children = 0
         self._closing = False
+        self._why = None
         self._owned = bool(owned and self._ptr)
         counted = ()
         if self._owned:
@@ -43,7 +56,8 @@ class Handle:
         """The C handle as an int (raises ValueError once closed)."""
         p = self._ptr
         if p is None or self._closing:
-            raise ValueError("this %s has been closed" % self._what)
+            raise ValueError("this %s has been closed%s"
+                             % (self._what, " (%s)" % self._why if self._why else ""))
         return p
 
     @property
@@ -83,10 +97,12 @@ class Handle:
         for d in counted:
             d._child_gone()
 
-    def _invalidate(self):
-        """A borrowed handle that its owner no longer guarantees: forget it."""
+    def _invalidate(self, why=None):
+        """A borrowed handle that its owner no longer guarantees: forget it (using the
+        object afterwards raises ValueError, with `why` in the message)."""
         if not self._owned:
             self._ptr = None
+            self._why = why
 
     def __del__(self):
         try:

@@ -15,7 +15,8 @@ Every function of the public headers is listed in _SIGNATURES with its exact C t
 untyped buffers -> c_void_p). tests/test_abi.py checks this table against include/dltrain/*.h.
 A function the loaded library does not export (a part not built yet, or an older minor
 release) is replaced by a stub that raises NotImplementedError when called, so the rest of
-the binding keeps working.
+the binding keeps working. Every declared function is called through _guard.wrap (integer
+arguments checked against their C type's range, one thread per context at a time).
 """
 
 import ctypes
@@ -23,6 +24,7 @@ import ctypes.util
 import os
 
 from . import errors
+from ._guard import wrap as _wrap
 
 #: ABI generation this binding speaks (DLT_ABI_VERSION, the SONAME number).
 ABI_VERSION = 1
@@ -351,7 +353,7 @@ class Library:
                 f = getattr(cdll, name)
                 f.restype = restype
                 f.argtypes = argtypes
-                setattr(self, name, f)
+                setattr(self, name, _wrap(name, f, argtypes))
             else:
                 self.missing.append(name)
                 setattr(self, name, _Missing(name, path))
@@ -366,8 +368,12 @@ class Library:
             f = getattr(self.cdll, name)
             f.restype = restype
             f.argtypes = argtypes
+            f = _wrap(name, f, argtypes)
+            if name in self.missing:
+                self.missing.remove(name)
         else:
-            self.missing.append(name)
+            if name not in self.missing:
+                self.missing.append(name)
             f = _Missing(name, self.path)
         setattr(self, name, f)
         return f

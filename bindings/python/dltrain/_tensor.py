@@ -1,4 +1,5 @@
-"""Tensors (dlt_tensor) and their factories.
+"""Tensors (dlt_tensor): the Tensor class. The factories are in _factories.py, indexing in
+_index.py, printing in _format.py.
 
 Host data goes in and out in the tensor's memory order (NCHW, or NHWC for channels-last),
 through any Python buffer (bytes, bytearray, array.array, memoryview) or a numpy array when
@@ -7,19 +8,23 @@ from_buffer hand the buffer's own address to dlt_tensor_from_host (the library c
 into the tensor), numpy() and copy_to() let the library write straight into the array or
 buffer.
 
-Ownership: a Tensor made here or returned by an op owns one reference (released when the
-object is collected or closed). A borrowed Tensor (a module parameter, a gradient, a loader
-batch, a scaler's scale) is owned by the library object it came from: Python keeps that
-owner alive and never releases the handle.
+Ownership: every Tensor owns one reference to its dlt_tensor (released when the object is
+collected or closed). Tensors that belong to a library object (a module's parameters and
+buffers, a leaf's gradient, an optimizer's parameters and momentum buffers, a scaler's
+scale) are taken with dlt_tensor_retain, so they stay valid after their owner is closed or
+replaces them. Loader batches are the exception (the loader reuses their memory): they
+are borrowed and invalidated at the next batch.
 """
 
 import ctypes
 import numbers
+import operator
 
 from . import dtypes as _dt
+from ._guard import INT64_MAX, INT64_MIN, guard_of, handle_int
 from ._handle import Handle, arg
 from ._lib import lib, check
-from .context import Context, resolve, DEVICE_CUDA
+from .context import Context, resolve, device_context, DEVICE_CUDA, _parse_device
 
 MAX_DIMS = 8
 
@@ -33,12 +38,41 @@ def have_numpy():
     return _np is not None
 
 
-def _shape_arg(shape):
+def _dim_value(s, i, what="shape"):
+    if isinstance(s, _dt.DType):
+        raise TypeError("%s[%d] is the dtype %r: dtype and memory format are keyword "
+                        "arguments (e.g. zeros((2, 3), dtype=dltrain.float16))" % (what, i, s))
+    try:
+        v = operator.index(s)
+    except TypeError:
+        raise TypeError("%s must be ints, got %s at position %d"
+                        % (what, type(s).__name__, i)) from None
+    if not INT64_MIN <= v <= INT64_MAX:
+        raise OverflowError("%s[%d] = %d does not fit in int64_t" % (what, i, v))
+    return v
+
+
+def _shape_tuple(shape, what="shape"):
+    """A tuple of int64-range ints from an int or a sequence of ints (TypeError for floats,
+    strings and dtypes; OverflowError beyond int64)."""
     if shape is None:
-        raise TypeError("shape must be an int or a sequence of ints, not None")
-    if isinstance(shape, numbers.Integral):
-        shape = (int(shape),)
-    shape = tuple(int(s) for s in shape)
+        raise TypeError("%s must be an int or a sequence of ints, not None" % what)
+    if isinstance(shape, (str, bytes)):
+        raise TypeError("%s must be an int or a sequence of ints, not %s"
+                        % (what, type(shape).__name__))
+    if isinstance(shape, numbers.Integral) or (hasattr(shape, "__index__") and
+                                               not hasattr(shape, "__len__")):
+        return (_dim_value(shape, 0, what),)
+    try:
+        items = tuple(shape)
+    except TypeError:
+        raise TypeError("%s must be an int or a sequence of ints, not %s"
+                        % (what, type(shape).__name__)) from None
+    return tuple(_dim_value(s, i, what) for i, s in enumerate(items))
+
+
+def _shape_arg(shape, what="shape"):
+    shape = _shape_tuple(shape, what)
     arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
     return arr, len(shape), shape
 
@@ -47,6 +81,17 @@ def _new(fn, ctx, *args):
     out = ctypes.c_void_p()
     check(fn(*args, ctypes.byref(out)))
     return Tensor._wrap(out.value, ctx)
+
+
+class _Count(int):
+    """numel: an int that can also be called (t.numel as before, t.numel() as PyTorch)."""
+
+    def __call__(self):
+        return int(self)
+
+
+def _is_scalar(v):
+    return isinstance(v, numbers.Number) and not isinstance(v, (complex, Tensor))
 
 
 class Tensor(Handle):
@@ -64,17 +109,27 @@ class Tensor(Handle):
     @classmethod
     def _wrap(cls, ptr, ctx):
         """An owned tensor (a new reference the caller got from the library)."""
-        t = cls.__new__(cls)
+        t = object.__new__(cls)
         Handle.__init__(t, ptr, (ctx,), owned=True)
         t._ctx = ctx
         return t
 
     @classmethod
-    def _borrow(cls, ptr, owner, ctx):
-        """A borrowed tensor: owner keeps it valid; Python never releases it."""
+    def _retain(cls, ptr, ctx):
+        """A tensor that belongs to a library object (a parameter, a gradient, a buffer):
+        takes a reference of its own (dlt_tensor_retain), so it outlives its owner."""
         if not ptr:
             return None
-        t = cls.__new__(cls)
+        lib.dlt_tensor_retain(handle_int(ptr, guard_of(ctx)))
+        return cls._wrap(ptr, ctx)
+
+    @classmethod
+    def _borrow(cls, ptr, owner, ctx):
+        """A borrowed tensor: owner keeps it valid; Python never releases it. Only for
+        memory the owner reuses (loader batches), which the owner invalidates itself."""
+        if not ptr:
+            return None
+        t = object.__new__(cls)
         Handle.__init__(t, ptr, (owner, ctx), owned=False)
         t._ctx = ctx
         return t
@@ -92,31 +147,55 @@ class Tensor(Handle):
     def dim(self):
         return self.ndim
 
+    ndimension = dim
+
     @property
     def shape(self):
         buf = (ctypes.c_int64 * MAX_DIMS)()
         n = lib.dlt_tensor_shape(self.handle, buf, MAX_DIMS)
         return tuple(int(buf[i]) for i in range(n))
 
-    def size(self, i=None):
-        return self.shape if i is None else int(lib.dlt_tensor_dim(self.handle, i))
+    def size(self, dim=None):
+        s = self.shape
+        if dim is None:
+            return s
+        d = operator.index(dim)
+        if not -len(s) <= d < len(s):
+            raise IndexError("dimension out of range (expected to be in range of [%d, %d], "
+                             "but got %d)" % (-len(s), len(s) - 1, d))
+        return s[d]
 
     @property
     def numel(self):
-        return int(lib.dlt_tensor_numel(self.handle))
+        """Number of elements (t.numel, or t.numel() as in PyTorch)."""
+        return _Count(lib.dlt_tensor_numel(self.handle))
+
+    def nelement(self):
+        return int(self.numel)
 
     @property
     def nbytes(self):
         return int(lib.dlt_tensor_nbytes(self.handle))
 
+    def element_size(self):
+        return self.dtype.itemsize
+
     @property
     def dtype(self):
         return _dt.dtype(int(lib.dlt_tensor_dtype(self.handle)))
 
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
     @property
     def format(self):
-        """0 (contiguous NCHW) or 1 (channels-last)."""
-        return int(lib.dlt_tensor_format(self.handle))
+        """The memory format: dltrain.contiguous_format (0) or dltrain.channels_last (1)."""
+        return _dt.memory_format(int(lib.dlt_tensor_format(self.handle)))
+
+    memory_format = format
+
+    def is_contiguous(self, memory_format=_dt.CONTIGUOUS):
+        return self.format == _dt.memory_format(memory_format)
 
     @property
     def is_channels_last(self):
@@ -131,7 +210,12 @@ class Tensor(Handle):
         return self.device_type == DEVICE_CUDA
 
     @property
+    def is_cpu(self):
+        return not self.is_cuda
+
+    @property
     def device(self):
+        """"cpu" or "cuda:N"."""
         return self._ctx.device
 
     def __len__(self):
@@ -140,13 +224,28 @@ class Tensor(Handle):
             raise TypeError("len() of a 0-d tensor")
         return s[0]
 
+    def __iter__(self):
+        n = self.shape
+        if not n:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(n[0]):
+            yield self[i]
+
     def __repr__(self):
-        if self._ptr is None:
+        if self._ptr is None or self._closing:
             return "<dltrain.Tensor released>"
-        extra = ", requires_grad=True" if self.requires_grad else ""
-        fmt = ", channels_last" if self.format == 1 else ""
-        return "dltrain.Tensor(shape=%s, dtype=%s, device=%s%s%s)" % (
-            list(self.shape), self.dtype.name, self.device, fmt, extra)
+        from ._format import tensor_repr
+        return tensor_repr(self)
+
+    def __format__(self, spec):
+        if spec and self._ptr is not None and self.numel == 1:
+            return format(self.item(), spec)
+        return format(repr(self), spec)
+
+    def __bool__(self):
+        if self.numel != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
 
     # ---- host transfers ------------------------------------------------------------------
     def tobytes(self):
@@ -180,7 +279,8 @@ class Tensor(Handle):
         return self
 
     def numpy(self):
-        """A new numpy array with the tensor's values in logical (NCHW) order.
+        """A new numpy array with the tensor's values in logical (NCHW) order (a copy: the
+        tensor's memory may be on a device).
 
         The library copies straight into the array's buffer. Channels-last tensors give a
         transposed view of an NHWC array; bf16 (which numpy lacks) is widened to float32.
@@ -206,7 +306,8 @@ class Tensor(Handle):
         return a if dtype is None else a.astype(dtype, copy=False)
 
     def tolist(self):
-        """Nested lists of Python numbers in logical order (synchronises)."""
+        """Nested lists of Python numbers in logical order (a Python number for a 0-d
+        tensor). Synchronises."""
         t = self.to_format(_dt.CONTIGUOUS) if self.format != _dt.CONTIGUOUS else self
         flat = _dt.unpack(t.dtype, t.tobytes())
         shape = self.shape
@@ -223,7 +324,10 @@ class Tensor(Handle):
         return nest(0, 0)
 
     def item(self):
-        """The single element as a Python number (synchronises)."""
+        """The single element as a Python number (float or int; exact for int64).
+        Synchronises."""
+        if not self.dtype.is_floating_point and self.numel == 1:
+            return _dt.unpack(self.dtype, self.tobytes())[0]
         v = ctypes.c_double()
         check(lib.dlt_tensor_item(self.handle, ctypes.byref(v)))
         return v.value if self.dtype.is_floating_point else int(v.value)
@@ -231,13 +335,19 @@ class Tensor(Handle):
     def get(self, index):
         """Element `index` of the logical row-major order (synchronises)."""
         v = ctypes.c_double()
-        check(lib.dlt_tensor_get(self.handle, int(index), ctypes.byref(v)))
+        check(lib.dlt_tensor_get(self.handle, operator.index(index), ctypes.byref(v)))
         return v.value if self.dtype.is_floating_point else int(v.value)
 
     def __float__(self):
         return float(self.item())
 
     def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self.numel != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
         return int(self.item())
 
     # ---- in-place fills and copies ----------------------------------------------------
@@ -257,7 +367,10 @@ class Tensor(Handle):
         return self
 
     def copy_(self, src):
-        """Copies src (same shape and dtype; any format or context) into this tensor."""
+        """Copies src (same shape; any format or context; another dtype is converted
+        first) into this tensor. Not recorded for autograd."""
+        if isinstance(src, Tensor) and src.dtype != self.dtype:
+            src = src.astype(self.dtype)
         check(lib.dlt_tensor_copy(self.handle, arg(src, Tensor, "src")))
         return self
 
@@ -272,26 +385,47 @@ class Tensor(Handle):
         return _new(lib.dlt_tensor_cast, self._ctx, self.handle, _dt.dtype(dtype))
 
     def to_format(self, format):
-        """A copy in another memory format (0 contiguous, 1 channels-last)."""
+        """A copy in another memory format (contiguous_format or channels_last)."""
         return _new(lib.dlt_tensor_to_format, self._ctx, self.handle, _dt.memory_format(format))
 
-    def contiguous(self):
-        return self if self.format == _dt.CONTIGUOUS else self.to_format(_dt.CONTIGUOUS)
+    def contiguous(self, memory_format=_dt.CONTIGUOUS):
+        fmt = _dt.memory_format(memory_format)
+        return self if self.format == fmt else self.to_format(fmt)
 
-    def to(self, target=None, dtype=None, memory_format=None):
-        """to(ctx) moves to another context; to(dtype) is the differentiable cast (dlt_cast);
-        to(memory_format="channels_last") converts the format."""
+    def to(self, *args, **kwargs):
+        """PyTorch's Tensor.to:
+            to(dtype, non_blocking=False, copy=False, memory_format=preserve_format)
+            to(device=None, dtype=None, non_blocking=False, copy=False, memory_format=...)
+            to(other, non_blocking=False, copy=False)   # other's device and dtype
+        device: "cpu", "cuda", "cuda:N", an int (a CUDA index) or a Context. The same device
+        keeps the tensor's context; another device means the current context when it is on
+        that device, else that device's default context. Returns self when nothing changes
+        (unless copy=True). The dtype conversion is differentiable (dlt_cast); the device
+        copy and the memory-format conversion are not recorded."""
+        device, dtype, fmt, copy = parse_to_args(args, kwargs, allow_copy=True)
         t = self
-        if isinstance(target, Context):
-            t = t.to_ctx(target)
-        elif target is not None:
-            dtype = target
+        if device is not None:
+            target = _target_context(self._ctx, device)
+            if target is not self._ctx:
+                t = t.to_ctx(target)
         if dtype is not None and _dt.dtype(dtype) != t.dtype:
             from .ops import cast
             t = cast(t, dtype)
-        if memory_format is not None and _dt.memory_format(memory_format) != t.format:
-            t = t.to_format(memory_format)
+        if fmt is not None and fmt != _dt.preserve_format and fmt != t.format:
+            t = t.to_format(fmt)
+        if copy and t is self:
+            t = self.astype(self.dtype)
         return t
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else
+                       (device if isinstance(device, (str, Context)) else "cuda:%d" % device))
+
+    def type_as(self, other):
+        return self.to(other.dtype)
 
     def float(self):
         return self.to(_dt.float32)
@@ -301,6 +435,12 @@ class Tensor(Handle):
 
     def bfloat16(self):
         return self.to(_dt.bfloat16)
+
+    def int(self):
+        return self.to(_dt.int32)
+
+    def long(self):
+        return self.to(_dt.int64)
 
     # ---- autograd ----------------------------------------------------------------------
     @property
@@ -317,14 +457,17 @@ class Tensor(Handle):
 
     @property
     def grad(self):
-        """The accumulated gradient of a leaf (borrowed from this tensor), or None."""
-        return Tensor._borrow(lib.dlt_tensor_grad(self.handle), self, self._ctx)
+        """The accumulated gradient of a leaf, or None. The returned Tensor holds its own
+        reference: it stays valid when the leaf is gone. The library keeps the buffer across
+        zero_grad: the next backward writes into it."""
+        return Tensor._retain(lib.dlt_tensor_grad(self.handle), self._ctx)
 
-    def backward(self, grad=None):
+    def backward(self, gradient=None):
         from .autograd import backward
-        backward(self, grad)
+        backward(self, gradient)
 
     def detach(self):
+        """A tensor sharing this one's memory, without history."""
         return _new(lib.dlt_tensor_detach, self._ctx, self.handle)
 
     # ---- ops as methods --------------------------------------------------------------------
@@ -352,41 +495,236 @@ class Tensor(Handle):
         from .ops import flatten
         return flatten(self, start_dim, end_dim)
 
+    def unsqueeze(self, dim):
+        s = list(self.shape)
+        d = operator.index(dim)
+        if not -len(s) - 1 <= d <= len(s):
+            raise IndexError("dimension out of range (expected to be in range of [%d, %d], "
+                             "but got %d)" % (-len(s) - 1, len(s), d))
+        s.insert(d if d >= 0 else d + len(s) + 1, 1)
+        return self.reshape(s)
+
+    def squeeze(self, dim=None):
+        s = self.shape
+        if dim is None:
+            new = [n for n in s if n != 1]
+        else:
+            d = operator.index(dim)
+            if not -max(len(s), 1) <= d < max(len(s), 1):
+                raise IndexError("dimension out of range")
+            d %= max(len(s), 1)
+            new = [n for i, n in enumerate(s) if i != d or n != 1]
+        return self if list(new) == list(s) else self.reshape(new)
+
+    def matmul(self, other):
+        from ._ops_ext import matmul
+        return matmul(self, other)
+
+    def add(self, other, alpha=1):
+        return self + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other, alpha=1):
+        return self - (other * alpha if alpha != 1 else other)
+
+    def mul(self, other):
+        return self * other
+
+    def div(self, other):
+        return self / other
+
+    def neg(self):
+        return -self
+
+    def narrow(self, dim, start, length):
+        from ._ops_ext import narrow
+        return narrow(self, dim, start, length)
+
+    def transpose(self, dim0, dim1):
+        from ._ops_ext import transpose
+        return transpose(self, dim0, dim1)
+
+    def permute(self, *dims):
+        from ._ops_ext import permute
+        if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
+            dims = dims[0]
+        return permute(self, dims)
+
+    def t(self):
+        if self.ndim > 2:
+            raise ValueError("t() expects a tensor with <= 2 dimensions, but self is %dD"
+                             % self.ndim)
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    @property
+    def T(self):
+        n = self.ndim
+        if n < 2:
+            return self
+        return self.transpose(0, 1) if n == 2 else self.permute(list(range(n - 1, -1, -1)))
+
+    # ---- operators ---------------------------------------------------------------------------
+    # PyTorch's rules: tensor (+ - * /) tensor broadcast (dlt_add/sub/mul/div); a Python
+    # scalar keeps the tensor's dtype, except that a float scalar with an integer tensor
+    # gives float32, and true division of integers gives float32.
+    def _scalar_operand(self, s, division=False):
+        if isinstance(s, bool):
+            s = int(s)
+        t = self
+        if not t.dtype.is_floating_point and (division or isinstance(s, numbers.Real) and
+                                              not isinstance(s, numbers.Integral)):
+            t = t.to(_dt.float32)
+        return t, s
+
     def __add__(self, other):
-        from .ops import add
+        from . import _ops_ext as ops
         if isinstance(other, Tensor):
-            return add(self, other)
+            return ops.add(self, other)
+        if _is_scalar(other):
+            t, s = self._scalar_operand(other)
+            return ops.add_scalar(t, s)
         return NotImplemented
 
+    def __radd__(self, other):
+        return self.__add__(other)
+
     def __sub__(self, other):
-        from .ops import add, mul_scalar
+        from . import _ops_ext as ops
         if isinstance(other, Tensor):
-            return add(self, mul_scalar(other, None, -1.0))
+            return ops.sub(self, other)
+        if _is_scalar(other):
+            t, s = self._scalar_operand(other)
+            return ops.add_scalar(t, -s)
+        return NotImplemented
+
+    def __rsub__(self, other):
+        from . import _ops_ext as ops
+        if _is_scalar(other):
+            t, s = self._scalar_operand(other)
+            return ops.add_scalar(ops.neg(t), s)
         return NotImplemented
 
     def __mul__(self, other):
-        from .ops import mul_scalar
-        if isinstance(other, numbers.Real):
-            return mul_scalar(self, None, float(other))
-        if isinstance(other, Tensor) and other.numel == 1:
-            return mul_scalar(self, other, 1.0)
+        from . import _ops_ext as ops
+        if isinstance(other, Tensor):
+            return ops.mul(self, other)
+        if _is_scalar(other):
+            t, s = self._scalar_operand(other)
+            return ops.mul_scalar(t, None, s)
         return NotImplemented
 
     def __rmul__(self, other):
-        from .ops import mul_scalar
-        if isinstance(other, numbers.Real):
-            return mul_scalar(self, None, float(other))
+        if _is_scalar(other):
+            return self.__mul__(other)
         return NotImplemented
 
     def __truediv__(self, other):
-        from .ops import mul_scalar
-        if isinstance(other, numbers.Real):
-            return mul_scalar(self, None, 1.0 / float(other))
+        from . import _ops_ext as ops
+        if isinstance(other, Tensor):
+            a = self if self.dtype.is_floating_point or other.dtype.is_floating_point \
+                else self.to(_dt.float32)
+            return ops.div(a, other)
+        if _is_scalar(other):
+            t, s = self._scalar_operand(other, division=True)
+            return ops.mul_scalar(t, None, 1.0 / s)
+        return NotImplemented
+
+    def __rtruediv__(self, other):
+        from . import _ops_ext as ops
+        if _is_scalar(other):
+            t, s = self._scalar_operand(other, division=True)
+            return ops.div(ops.scalar_tensor(s, t), t)
+        return NotImplemented
+
+    def __matmul__(self, other):
+        from . import _ops_ext as ops
+        if isinstance(other, Tensor):
+            return ops.matmul(self, other)
+        return NotImplemented
+
+    def __rmatmul__(self, other):
         return NotImplemented
 
     def __neg__(self):
-        from .ops import mul_scalar
-        return mul_scalar(self, None, -1.0)
+        from . import _ops_ext as ops
+        return ops.neg(self)
+
+    def __pos__(self):
+        return self
+
+    # ---- indexing ------------------------------------------------------------------------
+    def __getitem__(self, key):
+        """Integers, slices with step 1, None and Ellipsis (as PyTorch). The result is what
+        dlt_narrow and dlt_reshape give: a new tensor, recorded for autograd; see
+        docs/python.md for when it shares memory."""
+        from ._index import getitem
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        from ._index import setitem
+        setitem(self, key, value)
+
+
+def _target_context(current, device):
+    """The context a tensor (or module) on `current` goes to for .to(device)."""
+    if isinstance(device, Context):
+        return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = "cuda:%d" % device
+    key = _parse_device(device, None)
+    if (current.device_type, current.device_index) == key:
+        return current  # the same device: stay on this context
+    return device_context(device)
+
+
+def parse_to_args(args, kwargs, allow_copy=False):
+    """(device, dtype, memory_format, copy) from PyTorch's .to() arguments."""
+    kw = dict(kwargs)
+    device = kw.pop("device", None)
+    dtype = kw.pop("dtype", None)
+    fmt = kw.pop("memory_format", None)
+    copy = bool(kw.pop("copy", False)) if allow_copy else False
+    kw.pop("non_blocking", None)
+    if kw:
+        raise TypeError("to() got an unexpected keyword argument %r" % next(iter(kw)))
+    if len(args) > 2:
+        raise TypeError("to() takes at most 2 positional arguments (%d given)" % len(args))
+    if args:
+        first = args[0]
+        rest = args[1:]
+        if isinstance(first, Tensor):
+            if rest:
+                raise TypeError("to(other) takes no second positional argument")
+            device, dtype = first.ctx, first.dtype
+        elif _dt.is_dtype_like(first):
+            if rest:
+                raise TypeError("to(dtype) takes no second positional argument")
+            dtype = first
+        elif _dt.is_memory_format_like(first):
+            if rest:
+                raise TypeError("to(memory_format) takes no second positional argument")
+            fmt = first
+        else:
+            device = first
+            if rest:
+                if not _dt.is_dtype_like(rest[0]):
+                    raise TypeError("to(device, dtype): %r is not a dtype" % (rest[0],))
+                dtype = rest[0]
+    if device is not None and not isinstance(device, Context):
+        if isinstance(device, bool) or not isinstance(device, (str, int)):
+            raise TypeError("to(): expected a device ('cpu', 'cuda', 'cuda:N'), a dtype, a "
+                            "memory format, a Context or a Tensor, got %s"
+                            % type(device).__name__)
+        if isinstance(device, str):
+            try:
+                _parse_device(device, None)
+            except ValueError:
+                raise ValueError("to(): %r is neither a device ('cpu', 'cuda', 'cuda:N') nor "
+                                 "a dtype nor a memory format" % (device,)) from None
+    if dtype is not None:
+        dtype = _dt.dtype(dtype)
+    if fmt is not None:
+        fmt = _dt.memory_format(fmt)
+    return device, dtype, fmt, copy
 
 
 class _HostView:
@@ -425,141 +763,6 @@ class _HostView:
         return False
 
 
-# ---- factories --------------------------------------------------------------------------
-def empty(shape, dtype="f32", format=0, *, ctx=None):
-    """A tensor with uninitialised contents."""
-    ctx = resolve(ctx)
-    arr, nd, _ = _shape_arg(shape)
-    return _new(lib.dlt_tensor_empty, ctx, ctx.handle, _dt.dtype(dtype), arr, nd,
-                _dt.memory_format(format))
-
-
-def zeros(shape, dtype="f32", format=0, *, ctx=None):
-    ctx = resolve(ctx)
-    arr, nd, _ = _shape_arg(shape)
-    return _new(lib.dlt_tensor_zeros, ctx, ctx.handle, _dt.dtype(dtype), arr, nd,
-                _dt.memory_format(format))
-
-
-def full(shape, value, dtype="f32", format=0, *, ctx=None):
-    return empty(shape, dtype, format, ctx=ctx).fill_(value)
-
-
-def ones(shape, dtype="f32", format=0, *, ctx=None):
-    return full(shape, 1.0, dtype, format, ctx=ctx)
-
-
-def rand(shape, dtype="f32", low=0.0, high=1.0, format=0, *, ctx=None):
-    """Uniform [low, high) from the context's Philox generator."""
-    return empty(shape, dtype, format, ctx=ctx).uniform_(low, high)
-
-
-def randn(shape, dtype="f32", mean=0.0, std=1.0, format=0, *, ctx=None):
-    """Normal N(mean, std^2) from the context's Philox generator."""
-    return empty(shape, dtype, format, ctx=ctx).normal_(mean, std)
-
-
-def from_buffer(buffer, shape, dtype="f32", format=0, *, ctx=None):
-    """A tensor holding a copy of a host buffer (memory order, exactly the tensor's size).
-    The buffer's own memory is handed to the library (no intermediate copy) when it is
-    writable and C-contiguous, or bytes."""
-    ctx = resolve(ctx)
-    arr, nd, _ = _shape_arg(shape)
-    with _HostView(buffer) as (ptr, n):
-        return _new(lib.dlt_tensor_from_host, ctx, ctx.handle, _dt.dtype(dtype), arr, nd,
-                    _dt.memory_format(format), ptr, n)
-
-
-def from_numpy(array, format=0, *, ctx=None):
-    """A tensor with a copy of a numpy array (float32, float16, int32, int64, uint8), made
-    by one copy from the array's own buffer. With format="channels_last" the array is the
-    logical NCHW array (no copy when it is already NHWC in memory, e.g. a transposed view)."""
-    if _np is None:
-        raise ImportError("numpy is not installed")
-    ctx = resolve(ctx)
-    a = _np.asarray(array)
-    try:
-        dt = _dt.dtype(a.dtype)
-    except TypeError:
-        raise TypeError("numpy dtype %s has no libdltrain equivalent (use float32, float16, "
-                        "int32, int64 or uint8)" % a.dtype) from None
-    if not a.dtype.isnative:
-        a = a.astype(a.dtype.newbyteorder("="))
-    fmt = _dt.memory_format(format)
-    shape = a.shape
-    if fmt == _dt.CHANNELS_LAST and a.ndim == 4:
-        a = _np.ascontiguousarray(a.transpose(0, 2, 3, 1))
-    else:
-        a = _np.ascontiguousarray(a)
-    arr, nd, _ = _shape_arg(shape)
-    return _new(lib.dlt_tensor_from_host, ctx, ctx.handle, dt, arr, nd, fmt,
-                a.ctypes.data if a.nbytes else None, a.nbytes)
-
-
-def _flatten_nested(data):
-    if isinstance(data, (list, tuple)):
-        if not data:
-            return [], (0,)
-        parts = [_flatten_nested(d) for d in data]
-        inner = parts[0][1]
-        for p in parts:
-            if p[1] != inner:
-                raise ValueError("ragged nested sequence: sub-shapes %s and %s" % (inner, p[1]))
-        flat = [v for p in parts for v in p[0]]
-        return flat, (len(data),) + inner
-    if isinstance(data, numbers.Number) and not isinstance(data, complex):
-        return [data], ()
-    raise TypeError("cannot make a tensor element from %r" % (data,))
-
-
-def _buffer_dtype(data):
-    """The dtype a buffer's element format names (u8 for plain bytes)."""
-    mv = memoryview(data)
-    fmt = mv.format.lstrip("@=<")
-    if fmt in ("B", "c"):
-        return _dt.uint8
-    if fmt == "f":
-        return _dt.float32
-    if fmt == "e":
-        return _dt.float16
-    if fmt in ("i", "l", "q") and mv.itemsize in (4, 8):
-        return _dt.int32 if mv.itemsize == 4 else _dt.int64
-    raise TypeError("buffer format %r has no libdltrain dtype: pass dtype=" % mv.format)
-
-
-def tensor(data, dtype=None, format=0, *, shape=None, ctx=None):
-    """A tensor from data: nested sequences of numbers, a Python scalar (0-d), a numpy
-    array, a buffer (needs shape=), or another Tensor (copied to ctx). dtype defaults to
-    f32 for floats and i64 for integers (numpy arrays keep theirs)."""
-    ctx = resolve(ctx)
-    if isinstance(data, Tensor):
-        t = data.to_ctx(ctx) if data.ctx is not ctx else data.astype(data.dtype)
-        return t if dtype is None else t.astype(dtype)
-    if _np is not None and isinstance(data, _np.ndarray):
-        a = data if dtype is None else data.astype(_np.dtype(_dt.dtype(dtype).numpy_name))
-        return from_numpy(a, format, ctx=ctx)
-    if not isinstance(data, (list, tuple, numbers.Number)):
-        try:
-            memoryview(data)
-        except TypeError:
-            raise TypeError("cannot make a tensor from %s" % type(data).__name__) from None
-        if shape is None:
-            raise TypeError("a tensor from a buffer needs shape=")
-        return from_buffer(data, shape, _buffer_dtype(data) if dtype is None else dtype, format,
-                           ctx=ctx)
-    flat, shp = _flatten_nested(data)
-    if dtype is None:
-        dtype = _dt.int64 if all(isinstance(v, numbers.Integral) for v in flat) and flat \
-            else _dt.float32
-    dtype = _dt.dtype(dtype)
-    if shape is not None:
-        _, _, shp = _shape_arg(shape)
-    if isinstance(dtype, _dt.DType):
-        conv = float if dtype.is_floating_point else int
-        raw = _dt.pack(dtype, [conv(v) for v in flat])
-    else:  # an unknown dtype value: let the library report it
-        raw = b""
-    if format and _dt.memory_format(format) == _dt.CHANNELS_LAST:
-        t = from_buffer(raw, shp, dtype, 0, ctx=ctx)
-        return t.to_format(_dt.CHANNELS_LAST)
-    return from_buffer(raw, shp, dtype, format, ctx=ctx)
+from ._factories import (empty, zeros, ones, full, rand, randn, tensor, from_buffer,  # noqa: E402
+                         from_numpy, empty_like, zeros_like, ones_like, full_like, rand_like,
+                         randn_like)

@@ -118,8 +118,9 @@ class GradScaler(Handle):
 
     @property
     def scale_tensor(self):
-        """The scale as a one-element f32 device tensor (borrowed), None when disabled."""
-        return Tensor._borrow(lib.dlt_grad_scaler_scale_tensor(self.handle), self, self.ctx)
+        """The scale as a one-element f32 device tensor (the scaler's own, updated in place;
+        the Tensor holds a reference of its own), None when disabled."""
+        return Tensor._retain(lib.dlt_grad_scaler_scale_tensor(self.handle), self.ctx)
 
     def found_inf(self, optimizer):
         """True if the last unscale found inf/NaN in optimizer's gradients. Synchronises."""

@@ -6,6 +6,7 @@ so the next backward overwrites. Grad mode is per context.
 
 import ctypes
 
+from ._guard import tag_array
 from ._handle import arg
 from ._lib import lib, check
 from .context import resolve
@@ -25,6 +26,7 @@ def _param_array(params):
     arr = (ctypes.c_void_p * max(len(params), 1))()
     for i, p in enumerate(params):
         arr[i] = arg(p, Tensor, "params[%d]" % i, optional=True)
+    tag_array(arr, params)
     return arr, len(params), params
 
 

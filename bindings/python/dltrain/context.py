@@ -9,15 +9,23 @@ Every object made from a context keeps it alive; closing a context (ctx.close(),
 garbage collector) destroys it once the last object made from it is gone.
 
 Functions that create objects take `ctx=None`; None means the current context: the
-innermost `with ctx:` block, else the one given to set_default_context, else a CPU context
-made on first use.
+innermost `with ctx:` block, else the one given to set_default_context, else the default
+CPU context. A device given instead of a context (`device="cuda"`, `t.to("cuda:1")`) means
+the current context when it is on that device, else the default context of that device:
+one per device, made on first use and shared by the whole process, so tensors and modules
+made for the same device always meet on one context.
+
+Threads: a context and what is made from it belongs to one thread at a time; a call from a
+second thread while one is in progress raises errors.ConcurrentUseError (see _guard.py).
 """
 
 import contextlib
 import ctypes
+import operator
 import threading
 
 from . import _lib
+from ._guard import Guard
 from ._handle import Handle
 from ._lib import lib, check
 
@@ -102,22 +110,66 @@ LOG_WARNING = 1
 LOG_INFO = 2
 
 
+def _index(v, what):
+    """operator.index(v) with a message naming what (floats and strings are refused)."""
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError("%s must be an integer, got %s" % (what, type(v).__name__)) from None
+
+
+def check_seed(seed):
+    """seed as an int in [0, 2**64 - 1] (ValueError for a negative seed, OverflowError above;
+    PyTorch's manual_seed maps a negative seed s to s + 2**64: pass that value for its effect)."""
+    seed = _index(seed, "seed")
+    if seed < 0:
+        raise ValueError("seed must be in [0, 2**64 - 1], got %d (for PyTorch's mapping of a "
+                         "negative seed pass seed + 2**64)" % seed)
+    if seed > 2 ** 64 - 1:
+        raise OverflowError("seed must be in [0, 2**64 - 1], got %d" % seed)
+    return seed
+
+
 def _parse_device(device, index):
+    """(DEVICE_CPU or DEVICE_CUDA, index) from "cpu", "cuda", "cuda:N", "gpu", or a device
+    type constant with index."""
     if isinstance(device, Context):
         raise TypeError("device must be 'cpu' or 'cuda', not a Context")
+    if index is not None:
+        index = _index(index, "device index")
     if isinstance(device, int) and not isinstance(device, bool):
-        return device, (0 if index is None else index)
-    s = str(device).lower()
-    if ":" in s:
-        s, _, idx = s.partition(":")
-        if index is not None and int(idx) != index:
-            raise ValueError("device %r and index %d disagree" % (device, index))
-        index = int(idx)
-    if s == "cpu":
-        return DEVICE_CPU, 0 if index is None else index
-    if s in ("cuda", "gpu"):
-        return DEVICE_CUDA, 0 if index is None else index
-    raise ValueError("unknown device %r (use 'cpu', 'cuda' or 'cuda:N')" % (device,))
+        idx = 0 if index is None else index  # an unknown type: the library says so
+    else:
+        if not isinstance(device, str):
+            raise TypeError("device must be 'cpu', 'cuda' or 'cuda:N', got %s"
+                            % type(device).__name__)
+        s = device.strip().lower()
+        idx = index
+        if ":" in s:
+            s, _, tail = s.partition(":")
+            try:
+                idx = int(tail)
+            except ValueError:
+                raise ValueError("unknown device %r (use 'cpu', 'cuda' or 'cuda:N')"
+                                 % (device,)) from None
+            if index is not None and idx != index:
+                raise ValueError("device %r and index %d disagree" % (device, index))
+        if s == "cpu":
+            if idx not in (None, 0):
+                raise ValueError("unknown device %r: the CPU is 'cpu' (index 0)" % (device,))
+            device = DEVICE_CPU
+        elif s in ("cuda", "gpu"):
+            device = DEVICE_CUDA
+        else:
+            raise ValueError("unknown device %r (use 'cpu', 'cuda' or 'cuda:N')" % (device,))
+        idx = 0 if idx is None else idx
+    if not 0 <= idx <= 2 ** 31 - 1:
+        raise ValueError("device index must be in [0, 2**31 - 1], got %d" % idx)
+    return device, idx
+
+
+def device_string(device_type, index):
+    return "cpu" if device_type == DEVICE_CPU else "cuda:%d" % index
 
 
 class Context(Handle):
@@ -129,9 +181,12 @@ class Context(Handle):
 
     def __init__(self, device="cpu", index=None, seed=None):
         dev, idx = _parse_device(device, index)
+        if seed is not None:
+            seed = check_seed(seed)
         out = ctypes.c_void_p()
         check(lib.dlt_ctx_create(dev, idx, _lib.ABI_VERSION, ctypes.byref(out)))
-        Handle.__init__(self, out.value)
+        Handle.__init__(self, out.value,
+                        guard=Guard("%s context at 0x%x" % (device_string(dev, idx), out.value)))
         self._depth = 0
         if seed is not None:
             self.set_seed(seed)
@@ -188,8 +243,9 @@ class Context(Handle):
 
     # ---- random generator and numerics ------------------------------------------------
     def set_seed(self, seed):
-        """Seeds the Philox generator and resets its offset (same values on every device)."""
-        check(lib.dlt_ctx_set_seed(self.handle, int(seed)))
+        """Seeds the Philox generator and resets its offset (same values on every device).
+        seed is an int in [0, 2**64 - 1]."""
+        check(lib.dlt_ctx_set_seed(self.handle, check_seed(seed)))
 
     manual_seed = set_seed
 
@@ -238,7 +294,7 @@ class Context(Handle):
     # ---- testing hooks ---------------------------------------------------------------------
     def testing_fail_alloc(self, n):
         """Makes the n-th allocation from now fail (n <= 0: off)."""
-        check(lib.dlt_testing_fail_alloc(self.handle, int(n)))
+        check(lib.dlt_testing_fail_alloc(self.handle, _index(n, "n")))
 
     def testing_alloc_count(self):
         v = ctypes.c_int64()
@@ -276,38 +332,42 @@ class Context(Handle):
         d = int(lib.dlt_autocast_dtype(self.handle))
         return None if d < 0 else dtype(d)
 
-    # ---- tensor factories (same as the module-level ones with ctx=self) ----------------
-    def empty(self, shape, dtype="f32", format=0):
-        from ._tensor import empty
-        return empty(shape, dtype, format, ctx=self)
+    # ---- tensor factories (the module-level ones with ctx=self) ----------------------------
+    def empty(self, *size, **kwargs):
+        from ._factories import empty
+        return empty(*size, ctx=self, **kwargs)
 
-    def zeros(self, shape, dtype="f32", format=0):
-        from ._tensor import zeros
-        return zeros(shape, dtype, format, ctx=self)
+    def zeros(self, *size, **kwargs):
+        from ._factories import zeros
+        return zeros(*size, ctx=self, **kwargs)
 
-    def full(self, shape, value, dtype="f32", format=0):
-        from ._tensor import full
-        return full(shape, value, dtype, format, ctx=self)
+    def ones(self, *size, **kwargs):
+        from ._factories import ones
+        return ones(*size, ctx=self, **kwargs)
 
-    def tensor(self, data, dtype=None, shape=None):
-        from ._tensor import tensor
-        return tensor(data, dtype, shape=shape, ctx=self)
+    def full(self, size, fill_value, **kwargs):
+        from ._factories import full
+        return full(size, fill_value, ctx=self, **kwargs)
+
+    def tensor(self, data, dtype=None, **kwargs):
+        from ._factories import tensor
+        return tensor(data, dtype, ctx=self, **kwargs)
 
     def from_buffer(self, buf, shape, dtype="f32", format=0):
-        from ._tensor import from_buffer
+        from ._factories import from_buffer
         return from_buffer(buf, shape, dtype, format, ctx=self)
 
     def from_numpy(self, array, format=0):
-        from ._tensor import from_numpy
+        from ._factories import from_numpy
         return from_numpy(array, format, ctx=self)
 
-    def rand(self, shape, dtype="f32", low=0.0, high=1.0, format=0):
-        from ._tensor import rand
-        return rand(shape, dtype, low, high, format, ctx=self)
+    def rand(self, *size, **kwargs):
+        from ._factories import rand
+        return rand(*size, ctx=self, **kwargs)
 
-    def randn(self, shape, dtype="f32", mean=0.0, std=1.0, format=0):
-        from ._tensor import randn
-        return randn(shape, dtype, mean, std, format, ctx=self)
+    def randn(self, *size, **kwargs):
+        from ._factories import randn
+        return randn(*size, ctx=self, **kwargs)
 
     # ---- current context ----------------------------------------------------------------
     def __enter__(self):
@@ -368,28 +428,42 @@ class _State(threading.local):
 _state = _State()
 _default = None
 _default_lock = threading.Lock()
+_per_device = {}  # (device type, index) -> the default Context of that device
 
 
 def set_default_context(ctx):
-    """Makes ctx the current context where no `with ctx:` block is open (None: back to a
-    lazily made CPU context)."""
+    """Makes ctx the current context where no `with ctx:` block is open (None: back to the
+    default CPU context). It also serves `device=` requests for its device."""
     global _default
     if ctx is not None and not isinstance(ctx, Context):
         raise TypeError("set_default_context takes a Context or None")
     _default = ctx
 
 
+def default_context(device="cpu"):
+    """The process-wide default context of a device ("cpu", "cuda", "cuda:N"), made on
+    first use. Every implicit use of a device goes to this one context."""
+    key = _parse_device(device, None)
+    ctx = _per_device.get(key)
+    if ctx is None or ctx.closed:
+        with _default_lock:
+            ctx = _per_device.get(key)
+            if ctx is None or ctx.closed:
+                ctx = Context(*key)
+                _per_device[key] = ctx
+    return ctx
+
+
 def current_context():
-    """The innermost `with ctx:` context of this thread, else the default context."""
-    global _default
+    """The innermost `with ctx:` context of this thread, else the one given to
+    set_default_context, else the default CPU context."""
     st = _state.stack()
     if st:
         return st[-1]
-    if _default is None:
-        with _default_lock:
-            if _default is None:
-                _default = Context("cpu")
-    return _default
+    d = _default
+    if d is not None:
+        return d
+    return default_context("cpu")
 
 
 def resolve(ctx):
@@ -398,3 +472,33 @@ def resolve(ctx):
     if not isinstance(ctx, Context):
         raise TypeError("ctx must be a dltrain.Context, got %s" % type(ctx).__name__)
     return ctx
+
+
+def _matches(ctx, key):
+    return ctx is not None and not ctx.closed and \
+        (ctx.device_type, ctx.device_index) == key
+
+
+def device_context(device=None, ctx=None):
+    """The context for a `device=`/`ctx=` pair of keywords: ctx when given (device must
+    agree), else for device None the current context, else the current (or default)
+    context when it is on that device, else that device's default context."""
+    if isinstance(device, Context):
+        device, ctx = None, (ctx if ctx is not None else device)
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = "cuda:%d" % device  # PyTorch: an int device is a CUDA index
+    if ctx is not None:
+        ctx = resolve(ctx)
+        if device is not None and _parse_device(device, None) != \
+                (ctx.device_type, ctx.device_index):
+            raise ValueError("device=%r disagrees with ctx (%s)" % (device, ctx.device))
+        return ctx
+    if device is None:
+        return current_context()
+    key = _parse_device(device, None)
+    st = _state.stack()
+    if st and _matches(st[-1], key):
+        return st[-1]
+    if _matches(_default, key):
+        return _default
+    return default_context(device_string(*key))

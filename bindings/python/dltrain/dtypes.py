@@ -13,9 +13,10 @@ class DType(int):
 
     _names = {}
 
-    def __new__(cls, value, name, itemsize, struct_code, numpy_name):
+    def __new__(cls, value, name, itemsize, struct_code, numpy_name, long_name):
         self = int.__new__(cls, value)
-        self.name = name
+        self.name = name  # the library's name (dlt_dtype_name)
+        self.long_name = long_name  # PyTorch's name: float32, bfloat16, ...
         self.itemsize = itemsize
         self.struct_code = struct_code  # struct module code for one element, None for bf16
         self.numpy_name = numpy_name  # numpy dtype name, None when numpy has none (bf16)
@@ -25,8 +26,12 @@ class DType(int):
     def is_floating_point(self):
         return int(self) in (0, 1, 2)
 
+    @property
+    def is_signed(self):
+        return int(self) != 5
+
     def __repr__(self):
-        return "dltrain." + self.name
+        return "dltrain." + self.long_name
 
     __str__ = __repr__
 
@@ -34,12 +39,12 @@ class DType(int):
         return (dtype, (int(self),))
 
 
-float32 = f32 = DType(0, "f32", 4, "f", "float32")
-float16 = f16 = half = DType(1, "f16", 2, "e", "float16")
-bfloat16 = bf16 = DType(2, "bf16", 2, None, None)
-int32 = i32 = DType(3, "i32", 4, "i", "int32")
-int64 = i64 = DType(4, "i64", 8, "q", "int64")
-uint8 = u8 = DType(5, "u8", 1, "B", "uint8")
+float32 = f32 = DType(0, "f32", 4, "f", "float32", "float32")
+float16 = f16 = half = DType(1, "f16", 2, "e", "float16", "float16")
+bfloat16 = bf16 = DType(2, "bf16", 2, None, None, "bfloat16")
+int32 = i32 = DType(3, "i32", 4, "i", "int32", "int32")
+int64 = i64 = DType(4, "i64", 8, "q", "int64", "int64")
+uint8 = u8 = DType(5, "u8", 1, "B", "uint8", "uint8")
 
 ALL = (float32, float16, bfloat16, int32, int64, uint8)
 _BY_VALUE = {int(d): d for d in ALL}
@@ -49,6 +54,21 @@ for _d, _aliases in ((float32, ("f32", "float32", "float")), (float16, ("f16", "
                      (int64, ("i64", "int64", "long")), (uint8, ("u8", "uint8"))):
     for _a in _aliases:
         _BY_NAME[_a] = _d
+
+
+def is_dtype_like(x):
+    """True for a DType, a dtype name or a numpy dtype (not for a plain int)."""
+    if isinstance(x, DType):
+        return True
+    if isinstance(x, str):
+        return x.lower().replace("torch.", "").replace("dltrain.", "") in _BY_NAME
+    if isinstance(x, (int, float)) or x is None:
+        return False
+    try:
+        dtype(x)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def dtype(x):
@@ -83,21 +103,50 @@ def dtype(x):
 
 
 # ---- memory formats ----------------------------------------------------------------------
-CONTIGUOUS = contiguous_format = 0
-CHANNELS_LAST = channels_last = 1
-_FORMATS = {"contiguous": 0, "contiguous_format": 0, "nchw": 0,
-            "channels_last": 1, "nhwc": 1}
+class MemoryFormat(int):
+    """A memory format: the int32 value of the C API (0 contiguous, 1 channels-last), with a
+    name. preserve_format (-1) exists for .to() only: it means "keep the tensor's"."""
+
+    def __new__(cls, value, name):
+        self = int.__new__(cls, value)
+        self.name = name
+        return self
+
+    def __repr__(self):
+        return "dltrain." + self.name
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (memory_format, (int(self),))
+
+
+CONTIGUOUS = contiguous_format = MemoryFormat(0, "contiguous_format")
+CHANNELS_LAST = channels_last = MemoryFormat(1, "channels_last")
+preserve_format = MemoryFormat(-1, "preserve_format")
+_FORMATS = {"contiguous": CONTIGUOUS, "contiguous_format": CONTIGUOUS, "nchw": CONTIGUOUS,
+            "channels_last": CHANNELS_LAST, "nhwc": CHANNELS_LAST,
+            "preserve_format": preserve_format}
 
 
 def memory_format(x):
-    """0 (contiguous NCHW) or 1 (channels-last), from an int or a name."""
+    """A MemoryFormat from a MemoryFormat, an int or a name ("channels_last", ...). An unknown
+    int is passed through so that the library reports it."""
+    if isinstance(x, MemoryFormat):
+        return x
     if isinstance(x, bool):
         raise TypeError("a memory format cannot be a bool")
     if isinstance(x, int):
-        return x
-    if isinstance(x, str) and x.lower().replace("torch.", "") in _FORMATS:
-        return _FORMATS[x.lower().replace("torch.", "")]
-    raise ValueError("unknown memory format %r (use 'contiguous' or 'channels_last')" % (x,))
+        return {0: CONTIGUOUS, 1: CHANNELS_LAST, -1: preserve_format}.get(x, x)
+    if isinstance(x, str) and x.lower().replace("torch.", "").replace("dltrain.", "") in _FORMATS:
+        return _FORMATS[x.lower().replace("torch.", "").replace("dltrain.", "")]
+    raise ValueError("unknown memory format %r (use 'contiguous_format' or 'channels_last')"
+                     % (x,))
+
+
+def is_memory_format_like(x):
+    return isinstance(x, MemoryFormat) or (
+        isinstance(x, str) and x.lower().replace("torch.", "").replace("dltrain.", "") in _FORMATS)
 
 
 # ---- element conversion for Python sequences (no numpy needed) ---------------------------

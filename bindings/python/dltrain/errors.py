@@ -11,6 +11,10 @@ Every exception carries the library's code and message:
       DeviceError            4xx  CUDA/cuBLAS/cuDNN failure, poisoned context
       IOFormatError          5xx  a file could not be read/written, or is malformed
       InternalError          9xx  a bug in libdltrain (please report the message)
+
+Raised by the binding itself, before any C call:
+    ConcurrentUseError       (a RuntimeError) a context used from two threads at once
+    OverflowError            an integer outside its C parameter's range (shapes, seeds, ...)
 """
 
 # Status codes (include/dltrain/core.h). Append only, never renumbered.
@@ -93,3 +97,10 @@ def error_class(code):
 
 def from_status(code, message, status_string=""):
     return error_class(code)(code, message, status_string)
+
+
+class ConcurrentUseError(RuntimeError):
+    """A context (or an object made from it) was used by a thread while another thread was
+    inside a libdltrain call on the same context. A context and everything made from it
+    belongs to one thread at a time; the binding refuses the second call instead of letting
+    the library corrupt its state. Give each thread its own Context."""

@@ -7,6 +7,7 @@ rename); loads validate the whole file first and change nothing on failure.
 
 import ctypes
 
+from ._guard import tag_array
 from ._handle import arg
 from ._lib import lib, check, enc
 from ._tensor import Tensor
@@ -18,12 +19,19 @@ def _module_cls():
 
 
 def save(module, path):
-    """Saves every state entry (parameters and buffers) of module."""
+    """Saves every state entry (parameters and buffers) of module (a libdltrain module
+    through dlt_module_save, a Python module through its state_dict)."""
+    if isinstance(module, _module_cls()) and not module.is_native:
+        module.save(path)
+        return
     check(lib.dlt_module_save(arg(module, _module_cls(), "module"), enc(path)))
 
 
 def load(module, path):
     """Loads every state entry of module from path (all or nothing)."""
+    if isinstance(module, _module_cls()) and not module.is_native:
+        module.load(path)
+        return
     check(lib.dlt_module_load(arg(module, _module_cls(), "module"), enc(path)))
 
 
@@ -62,6 +70,7 @@ def safetensors_save(path, tensors):
         keep.append(b)
         names[i] = b
         handles[i] = arg(t, Tensor, "tensors[%r]" % (name,))
+    tag_array(handles, [t for _, t in items])
     check(lib.dlt_safetensors_save(enc(path), names, handles, n))
     del keep
 

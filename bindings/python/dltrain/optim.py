@@ -14,6 +14,7 @@ Schedules are evaluated on the device after every applied step:
 
 import ctypes
 
+from ._guard import tag_array
 from ._handle import Handle
 from ._lib import lib, check
 from ._tensor import Tensor
@@ -74,17 +75,18 @@ class Optimizer(Handle):
         return len(self)
 
     def param(self, i):
-        """Parameter i (borrowed), None when out of range."""
-        return Tensor._borrow(lib.dlt_optimizer_param(self.handle, int(i)), self, self.ctx)
+        """Parameter i (a reference of its own: valid after the optimizer is closed), None
+        when out of range."""
+        return Tensor._retain(lib.dlt_optimizer_param(self.handle, int(i)), self.ctx)
 
     @property
     def params(self):
         return [self.param(i) for i in range(len(self))]
 
     def momentum_buffer(self, i):
-        """Momentum buffer of parameter i (borrowed), None before its first update."""
-        return Tensor._borrow(lib.dlt_optimizer_momentum_buffer(self.handle, int(i)), self,
-                              self.ctx)
+        """Momentum buffer of parameter i (a reference of its own), None before its first
+        update."""
+        return Tensor._retain(lib.dlt_optimizer_momentum_buffer(self.handle, int(i)), self.ctx)
 
     # ---- schedules -----------------------------------------------------------------------
     def schedule_step(self, step_size, gamma=0.1):
@@ -122,6 +124,7 @@ def _params(params):
             raise TypeError("params[%d] must be a Tensor, got %s" % (i, type(p).__name__))
         arr[i] = p.handle
         ctx = ctx or p.ctx
+    tag_array(arr, params)
     return arr, len(params), ctx
 
 

@@ -48,11 +48,11 @@ def test_none_arguments_reach_the_library_as_null():
 
 def test_bad_dtype_and_format_values():
     ctx = cpu()
-    e = expect_error(dltrain.InvalidArgument, errors.ERR_DTYPE, dltrain.empty, (2,), 99, ctx=ctx,
-                     contains="unknown dtype 99")
+    e = expect_error(dltrain.InvalidArgument, errors.ERR_DTYPE, dltrain.empty, (2,), dtype=99,
+                     ctx=ctx, contains="unknown dtype 99")
     assert e.message.startswith("dlt_tensor_empty")
     expect_error(dltrain.InvalidArgument, errors.ERR_INVALID_ARGUMENT, dltrain.empty, (2, 3),
-                 "f32", 1, ctx=ctx, contains="channels-last needs a 4-D tensor")
+                 dtype="f32", memory_format=1, ctx=ctx, contains="channels-last needs a 4-D tensor")
     expect_error(dltrain.InvalidArgument, errors.ERR_INVALID_ARGUMENT, dltrain.empty, (2, -3),
                  ctx=ctx, contains="negative")
     ints = dltrain.tensor([1, 2], ctx=ctx)

@@ -113,46 +113,55 @@ def test_garbage_cycles_release_children_before_the_context():
     assert names == ["Tensor", "Context"], names
 
 
-def test_borrowed_handles_are_never_released():
+def test_tensors_taken_from_owners_hold_a_reference_of_their_own():
+    """A gradient (like a parameter, a momentum buffer, the scaler's scale) is handed out
+    with dlt_tensor_retain: each wrapper releases its own reference once, and the owner's
+    reference is untouched."""
     ctx = cpu()
     w = dltrain.tensor([1.0, 2.0], ctx=ctx).requires_grad_()
     (w * 3.0).sum().backward()
+    base = ctx.memory_stat("count")
+    g_ptr = w.grad.handle
+    gc.collect()
     with _DestroyLog(dltrain.Tensor) as log:
         for _ in range(100):
             g = w.grad
             assert g.tolist() == [3.0, 3.0]
             del g
         gc.collect()
-        assert log.log == [], "a borrowed gradient was released"
-    # the gradient keeps its leaf alive
+    assert log.log == [("Tensor", g_ptr)] * 100, log.log[:3]
+    assert w.grad.tolist() == [3.0, 3.0] and ctx.memory_stat("count") == base
+    # the gradient outlives its leaf
     g = w.grad
     del w
     gc.collect()
     assert g.tolist() == [3.0, 3.0]
 
 
-def test_module_parameters_keep_their_module_alive():
+def test_module_parameters_outlive_their_module():
     require("dlt_linear_create", "dlt_module_params")
     ctx = cpu()
     import dltrain.nn as nn
-    with _DestroyLog(nn.Module, dltrain.Tensor) as log:
+    from dltrain._module import _ModuleHandle
+    with _DestroyLog(_ModuleHandle) as log:
         lin = nn.Linear(3, 2, ctx=ctx)
         lin_ptr = lin.handle
         p = lin.parameters()[0]
-        del lin  # only the parameter holds the module now
+        before = p.tolist()
+        del lin  # the module goes; the parameter keeps its own reference
         gc.collect()
-        assert p.shape == (2, 3) and len(p.tolist()) == 2
-        assert log.log == []
-        del p
-        gc.collect()
-        assert log.log == [("Module", lin_ptr)], log.log
+        assert log.log == [("_ModuleHandle", lin_ptr)], log.log
+        assert p.shape == (2, 3) and p.tolist() == before
+        p.fill_(1.5)
+        assert p.tolist() == [[1.5] * 3] * 2
 
 
 def test_sequential_owns_appended_children():
     require("dlt_sequential_create", "dlt_linear_create", "dlt_sequential_append")
     ctx = cpu()
     import dltrain.nn as nn
-    with _DestroyLog(nn.Module) as log:
+    from dltrain._module import _ModuleHandle
+    with _DestroyLog(_ModuleHandle) as log:
         lin = nn.Linear(4, 4, ctx=ctx)
         seq = nn.Sequential(lin, nn.ReLU(ctx=ctx))
         seq_ptr = seq.handle
@@ -164,7 +173,7 @@ def test_sequential_owns_appended_children():
         del lin
         gc.collect()
         # one destroy, of the container (it frees its children itself)
-        assert log.log == [("Module", seq_ptr)], log.log
+        assert log.log == [("_ModuleHandle", seq_ptr)], log.log
 
 
 def test_loader_batches_are_borrowed_and_invalidated():
