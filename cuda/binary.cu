@@ -27,9 +27,21 @@ __global__ void binary_kernel(void *y, int ty, const void *a, int ta, dlt_nd_ope
                               dlt_nd_operand ob, dlt_nd s, int op, float alpha) {
     const Ix n = (Ix)s.numel;
     for (Ix i = (Ix)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (Ix)gridDim.x * blockDim.x) {
-        const float va = ld_dt(a, ta, nd_offset<Ix>(s, oa, i));
-        const float vb = ld_dt(b, tb, nd_offset<Ix>(s, ob, i));
+        const float va = ld_any_f(a, ta, nd_offset<Ix>(s, oa, i));
+        const float vb = ld_any_f(b, tb, nd_offset<Ix>(s, ob, i));
         st_dt(y, ty, (int64_t)i, bin_f(op, va, vb, alpha));
+    }
+}
+
+/* integer result: exact int64 arithmetic, wrapping */
+__global__ void binary_int_kernel(void *y, int ty, const void *a, int ta, dlt_nd_operand oa, const void *b, int tb,
+                                  dlt_nd_operand ob, dlt_nd s, int op, int64_t k) {
+    DLT_GRID_STRIDE(i, s.numel) {
+        const uint64_t va = (uint64_t)ld_int(a, ta, nd_offset<int64_t>(s, oa, i));
+        const uint64_t vb = (uint64_t)ld_int(b, tb, nd_offset<int64_t>(s, ob, i));
+        const uint64_t r = op == DLT_BIN_ADD ? va + (uint64_t)k * vb : op == DLT_BIN_MUL ? (uint64_t)k * va * vb
+                                                                                         : (uint64_t)(va == vb);
+        st_int(y, ty, i, r);
     }
 }
 
@@ -59,7 +71,13 @@ dlt_status dlt__cuda_binary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, co
     const int64_t n = s->numel;
     const char *pa = (const char *)dlt__data(a) + oa->offset * (int64_t)dlt__dtype_size(a->dtype);
     const char *pb = (const char *)dlt__data(b) + ob->offset * (int64_t)dlt__dtype_size(b->dtype);
-    if (a->dtype == b->dtype && a->dtype == y->dtype && unit(*s, *oa) && unit(*s, *ob)) {
+    const bool yint = y->dtype == DLT_I32 || y->dtype == DLT_I64 || y->dtype == DLT_U8;
+    if (yint) {
+        dlt_nd_operand a0 = *oa, b0 = *ob;
+        a0.offset = b0.offset = 0;
+        binary_int_kernel<<<grid_for(n, 256), 256, 0, st>>>(dlt__data(y), y->dtype, pa, a->dtype, a0, pb, b->dtype, b0,
+                                                             *s, op, (int64_t)alpha);
+    } else if (a->dtype == b->dtype && a->dtype == y->dtype && unit(*s, *oa) && unit(*s, *ob)) {
         DLT_DISPATCH_FLOAT(y->dtype, T,
             binary_flat_kernel<T><<<grid_for(n, 256), 256, 0, st>>>((T *)dlt__data(y), (const T *)pa, (const T *)pb, n,
                                                                    op, (float)alpha));

@@ -38,6 +38,27 @@ __device__ __forceinline__ void st_dt(void *p, int dt, int64_t i, float v) {
     }
 }
 
+/* integers exactly in int64; stores wrap to the width (PyTorch's integer arithmetic) */
+__device__ __forceinline__ int64_t ld_int(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case DLT_I32: return ((const int32_t *)p)[i];
+    case DLT_I64: return ((const int64_t *)p)[i];
+    case DLT_U8: return ((const uint8_t *)p)[i];
+    default: return (int64_t)ld_dt(p, dt, i);
+    }
+}
+__device__ __forceinline__ void st_int(void *p, int dt, int64_t i, uint64_t v) {
+    switch (dt) {
+    case DLT_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)v; break;
+    case DLT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+/* any dtype as fp32 (mixed float/integer binary ops) */
+__device__ __forceinline__ float ld_any_f(const void *p, int dt, int64_t i) {
+    return (dt == DLT_I32 || dt == DLT_I64 || dt == DLT_U8) ? (float)ld_int(p, dt, i) : ld_dt(p, dt, i);
+}
+
 __device__ __forceinline__ float warp_sum_f(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -63,6 +63,15 @@ __device__ __forceinline__ float un_df(int op, float du, float x, float y, float
     }
 }
 
+/* integers: neg, abs, add a whole number (the front door sends nothing else), wrapping */
+template <typename T> __global__ void unary_int_kernel(T *y, const T *x, int64_t n, int op, int64_t k) {
+    DLT_GRID_STRIDE(i, n) {
+        const int64_t v = (int64_t)x[i];
+        const uint64_t u = (uint64_t)v;
+        y[i] = (T)(op == DLT_UN_NEG ? 0 - u : op == DLT_UN_ABS ? (v < 0 ? 0 - u : u) : u + (uint64_t)k);
+    }
+}
+
 template <typename T> __global__ void unary_kernel(T *y, const T *x, int64_t n, int op, float a) {
     DLT_GRID_STRIDE(i, n) y[i] = from_f<T>(un_f(op, to_f<T>(x[i]), a));
 }
@@ -81,6 +90,25 @@ extern "C" {
 
 dlt_status dlt__cuda_unary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int32_t op, double alpha) {
     const int64_t n = x->numel;
+    cudaStream_t st = dlt__stream(ctx);
+    switch (x->dtype) {
+    case DLT_I32:
+        unary_int_kernel<int32_t><<<grid_for(n, 256), 256, 0, st>>>((int32_t *)dlt__data(y), (const int32_t *)dlt__data(x),
+                                                                  n, op, (int64_t)alpha);
+        DLT_CU_LAUNCHED(ctx, "dlt_unary");
+        return DLT_OK;
+    case DLT_I64:
+        unary_int_kernel<int64_t><<<grid_for(n, 256), 256, 0, st>>>((int64_t *)dlt__data(y), (const int64_t *)dlt__data(x),
+                                                                  n, op, (int64_t)alpha);
+        DLT_CU_LAUNCHED(ctx, "dlt_unary");
+        return DLT_OK;
+    case DLT_U8:
+        unary_int_kernel<uint8_t><<<grid_for(n, 256), 256, 0, st>>>((uint8_t *)dlt__data(y), (const uint8_t *)dlt__data(x),
+                                                                  n, op, (int64_t)alpha);
+        DLT_CU_LAUNCHED(ctx, "dlt_unary");
+        return DLT_OK;
+    default: break;
+    }
     DLT_DISPATCH_FLOAT(x->dtype, T,
         unary_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(y), (const T *)dlt__data(x), n,
                                                                         op, (float)alpha));

@@ -26,6 +26,16 @@ dlt_status dlt__cpu_binary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, con
     const void *pa = dlt__data(a), *pb = dlt__data(b);
     void *py = dlt__data(y);
     const int32_t ta = a->dtype, tb = b->dtype, ty = y->dtype;
+    if (!dlt__is_float(ty)) { /* integers: exact int64 arithmetic (unsigned: wraps, no UB) */
+        const int64_t k = (int64_t)alpha;
+        DLT_PARALLEL_FOR(i, s->numel, 1 << 15) {
+            const uint64_t va = (uint64_t)dlt__ld_i(pa, ta, dlt__nd_offset(s, oa, i));
+            const uint64_t vb = (uint64_t)dlt__ld_i(pb, tb, dlt__nd_offset(s, ob, i));
+            uint64_t r = op == DLT_BIN_ADD ? va + (uint64_t)k * vb : op == DLT_BIN_MUL ? (uint64_t)k * va * vb : va == vb;
+            dlt__st_i(py, ty, i, (int64_t)r);
+        }
+        return DLT_OK;
+    }
     DLT_PARALLEL_FOR(i, s->numel, 1 << 15) {
         const double va = dlt__ld(pa, ta, dlt__nd_offset(s, oa, i));
         const double vb = dlt__ld(pb, tb, dlt__nd_offset(s, ob, i));

@@ -32,6 +32,24 @@ static inline void dlt__st(void *p, int32_t dtype, int64_t i, float v) {
     }
 }
 
+/* integer load/store exactly in int64 (stores wrap to the width, as C's conversions of
+ * unsigned values do and PyTorch's integer arithmetic does) */
+static inline int64_t dlt__ld_i(const void *p, int32_t dtype, int64_t i) {
+    switch (dtype) {
+    case DLT_I32: return ((const int32_t *)p)[i];
+    case DLT_I64: return ((const int64_t *)p)[i];
+    case DLT_U8: return ((const uint8_t *)p)[i];
+    default: return (int64_t)dlt__ld(p, dtype, i);
+    }
+}
+static inline void dlt__st_i(void *p, int32_t dtype, int64_t i, int64_t v) {
+    switch (dtype) {
+    case DLT_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+    case DLT_I64: ((int64_t *)p)[i] = v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)v; break;
+    }
+}
+
 /* Copies a tensor into a newly malloc'ed fp32 NCHW (logical order) buffer. NULL on OOM. */
 float *dlt__cpu_to_f32_nchw(const dlt_tensor *t);
 /* Stores a logical-order fp32 buffer into t (any float dtype/format), with beta=1 adding

@@ -12,6 +12,15 @@ dlt_status dlt__cpu_unary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int3
     const void *px = dlt__data(x);
     void *py = dlt__data(y);
     const int32_t dx = x->dtype, dy = y->dtype;
+    if (!dlt__is_float(dx)) { /* neg, abs, add a whole number: exact (the front door's rule) */
+        const uint64_t k = (uint64_t)(int64_t)alpha;
+        DLT_PARALLEL_FOR(i, x->numel, 1 << 15) {
+            const int64_t v = dlt__ld_i(px, dx, i);
+            const uint64_t u = (uint64_t)v;
+            dlt__st_i(py, dy, i, (int64_t)(op == DLT_UN_NEG ? 0 - u : op == DLT_UN_ABS ? (v < 0 ? 0 - u : u) : u + k));
+        }
+        return DLT_OK;
+    }
     DLT_PARALLEL_FOR(i, x->numel, 1 << 15) {
         dlt__st(py, dy, i, (float)dlt__un_f(op, (double)dlt__ld(px, dx, i), alpha));
     }

@@ -3,10 +3,12 @@
  * torch.add/sub/mul/div between tensors).
  *
  * Shapes broadcast as in NumPy (aligned at the last dimension, each size equal or 1); the
- * result dtype is PyTorch's promotion of the two float dtypes (f32 with anything gives f32,
- * f16 with bf16 gives f32): the residual stream x (f32) + branch (bf16) stays f32. Inputs of
- * one shape and one memory format are combined in that format; otherwise channels-last
- * inputs are made contiguous first and the result is contiguous.
+ * result dtype is PyTorch's promotion (dlt__promote): two floats give the wider (f32 with
+ * anything is f32, f16 with bf16 is f32), so the residual stream x (f32) + branch (bf16)
+ * stays f32; a float with an integer gives the float; two integers the wider integer,
+ * computed exactly (wrapping like PyTorch's int64); div of integers is true division into
+ * f32. Inputs of one shape and one memory format are combined in that format; otherwise
+ * channels-last inputs are made contiguous first and the result is contiguous.
  *
  * Gradients (y = a op b, u the upstream gradient, each summed back over the dimensions that
  * broadcasting added to an input, in that input's dtype):
@@ -100,14 +102,13 @@ static dlt_status binary_op(dlt_tensor *a, dlt_tensor *b, int32_t op, double alp
     DLT_CHECK(dlt__check_tensor(b, F, "b"));
     DLT_NULL_CHECK(out, F);
     DLT_CHECK(dlt__check_same_ctx(a, b, F, "a", "b"));
-    DLT_CHECK(dlt__check_float(a, F, "a"));
-    DLT_CHECK(dlt__check_float(b, F, "b"));
     dlt_ctx *ctx = a->ctx;
     DLT_NEED_KERNEL(ctx, binary, F);
     int64_t shape[DLT_MAX_DIMS];
     int32_t nd;
     DLT_CHECK(dlt__broadcast_shape(a, b, F, shape, &nd));
-    const int32_t dtype = dlt__promote(a->dtype, b->dtype);
+    int32_t dtype = dlt__promote(a->dtype, b->dtype);
+    if (op == DLT_BIN_DIV && !dlt__is_float(dtype)) dtype = DLT_F32; /* true division */
     const int same = dlt__same_shape(a, b) && a->format == b->format;
     dlt_tensor *ac = NULL, *bc = NULL, *y = NULL;
     dlt_node *node = NULL;
@@ -122,7 +123,7 @@ static dlt_status binary_op(dlt_tensor *a, dlt_tensor *b, int32_t op, double alp
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, dtype, shape, nd, same ? a->format : DLT_FORMAT_CONTIGUOUS, F, &y),
                    done);
     if (y->numel) {
-        if (same && op == DLT_BIN_ADD && alpha == 1.0 && a->dtype == b->dtype) {
+        if (same && op == DLT_BIN_ADD && alpha == 1.0 && a->dtype == b->dtype && dlt__is_float(a->dtype)) {
             st = ctx->be->add(ctx, y, ac, bc); /* the kernel the ResNet path always used */
         } else {
             dlt_nd s;

@@ -123,8 +123,13 @@ void dlt__reduce_spec(const dlt_tensor *x, const int32_t *reduced, dlt_reduce_sp
 
 int32_t dlt__promote(int32_t a, int32_t b) {
     if (a == b) return a;
-    /* f16 with bf16, or either with f32: f32 (PyTorch's promotion for floating types) */
-    return DLT_F32;
+    const int fa = dlt__is_float(a), fb = dlt__is_float(b);
+    if (fa && fb) return DLT_F32; /* f16 with bf16, or either with f32 */
+    if (fa) return a;             /* a float with an integer: the float */
+    if (fb) return b;
+    /* two integers: the wider (u8 < i32 < i64) */
+    const int wa = a == DLT_I64 ? 2 : a == DLT_I32, wb = b == DLT_I64 ? 2 : b == DLT_I32;
+    return wa >= wb ? a : b;
 }
 
 dlt_status dlt__contiguous_input(dlt_tensor *x, const char *func, dlt_tensor **out) {

@@ -65,7 +65,7 @@ void dlt__nd_broadcast_operand(const dlt_tensor *t, const int64_t *shape, int32_
 void dlt__nd_collapse(dlt_nd *s, dlt_nd_operand *ops, int32_t n_ops);
 /* Reduction of contiguous x over the dimensions d with reduced[d] != 0. */
 void dlt__reduce_spec(const dlt_tensor *x, const int32_t *reduced, dlt_reduce_spec *r);
-/* Result dtype of a binary op on two float dtypes (PyTorch's promotion). */
+/* Result dtype of a binary op (PyTorch's promotion: float over integer, wider within a kind). */
 int32_t dlt__promote(int32_t a, int32_t b);
 /* x itself (retained) when contiguous, else a differentiable contiguous copy: the N-D ops
  * accept channels-last tensors this way. */

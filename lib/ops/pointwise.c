@@ -5,13 +5,17 @@
  *
  * Autocast (PyTorch's CUDA policy, applied on every device): exp, log, rsqrt, pow and
  * softplus are on the fp32 list (a low-precision input is cast up and the result is f32);
- * the others run in the input's dtype.
+ * the others run in the input's dtype. Integer inputs: neg, abs and adding a whole number
+ * are exact in the input's dtype; everything else runs on an f32 copy (PyTorch promotes
+ * integers to its default float dtype).
  *
  * Gradients dx = u * f'(x), with f' from x or from the saved output (nd.h, DLT_UN_*):
  *   neg -1; exp y; log 1/x; sqrt 1/(2y); rsqrt -y^3/2; abs sign(x) (0 at 0, as PyTorch);
  *   pow a x^(a-1) (0 where a == 0); gelu Phi(x) + x phi(x); gelu_tanh from PyTorch's
  *   formula; silu s(1 + x(1-s)); sigmoid y(1-y); tanh 1-y^2; softplus sigmoid(x).
  */
+#include <math.h>
+
 #include "ops_internal.h"
 
 typedef struct unary_attr {
@@ -61,14 +65,33 @@ static dlt_status unary_op(dlt_tensor *x, int32_t op, double alpha, const char *
                            dlt_tensor **out) {
     DLT_CHECK(dlt__check_tensor(x, F, "x"));
     DLT_NULL_CHECK(out, F);
-    DLT_CHECK(dlt__check_float(x, F, "x"));
     dlt_ctx *ctx = x->ctx;
     DLT_NEED_KERNEL(ctx, unary, F);
     dlt_tensor *xc = NULL, *y = NULL, *alias = NULL;
     dlt_node *node = NULL;
     dlt_status st;
-    if (fp32_list(op)) DLT_CHECK(dlt__autocast_fp32(x, F, &xc));
-    else xc = dlt_tensor_retain(x);
+    if (!dlt__is_float(x->dtype)) {
+        /* integers: neg, abs and adding a whole number stay exact in their dtype; the rest
+         * (and adding a fraction) run on an f32 copy, as PyTorch promotes to its default
+         * float dtype */
+        const int exact = op == DLT_UN_NEG || op == DLT_UN_ABS || (op == DLT_UN_ADD_SCALAR && alpha == (double)(int64_t)alpha &&
+                                                                 fabs(alpha) < 9.2e18);
+        if (exact) {
+            DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &y));
+            st = y->numel ? ctx->be->unary(ctx, y, x, op, alpha) : DLT_OK;
+            if (st != DLT_OK) {
+                dlt_tensor_release(y);
+                return dlt__err_wrap(st, F);
+            }
+            *out = y;
+            return DLT_OK;
+        }
+        DLT_CHECK(dlt__op_cast(x, DLT_F32, F, &xc));
+    } else if (fp32_list(op)) {
+        DLT_CHECK(dlt__autocast_fp32(x, F, &xc));
+    } else {
+        xc = dlt_tensor_retain(x);
+    }
     DLT_CHECK_GOTO(st, dlt__tensor_new_like(xc, xc->dtype, F, &y), done);
     if (y->numel) DLT_CHECK_GOTO(st, ctx->be->unary(ctx, y, xc, op, alpha), done);
     DLT_CHECK_GOTO(st, dlt__record(ctx, name, unary_backward, &xc, 1, &y, 1, &node), done);

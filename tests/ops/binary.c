@@ -46,9 +46,40 @@ static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {
     dlt_tensor_release(x), dlt_tensor_release(y);
     return st;
 }
+/* integers: exact and wrapping as PyTorch's int64; promotion; true division into f32 */
 static dlt_status e_int(dlt_ctx *ctx, int *out_touched) {
-    const int64_t a[1] = {4};
-    dlt_tensor *x = ot_zeros(ctx, DLT_F32, a, 1), *y = ot_zeros(ctx, DLT_I64, a, 1), *o = OT_SENTINEL;
+    *out_touched = 0;
+    const int64_t n = 3;
+    const int64_t av[3] = {INT64_MAX, -7, 1 << 30};
+    const int32_t bv[3] = {1, 3, 4};
+    const float fv[3] = {0.5f, 0.25f, 2.0f};
+    dlt_tensor *a = NULL, *b = NULL, *f = NULL, *s = NULL, *m = NULL, *d = NULL, *p = NULL;
+    dlt_status st = dlt_tensor_from_host(ctx, DLT_I64, &n, 1, 0, av, sizeof av, &a);
+    if (st == DLT_OK) st = dlt_tensor_from_host(ctx, DLT_I32, &n, 1, 0, bv, sizeof bv, &b);
+    if (st == DLT_OK) st = dlt_tensor_from_host(ctx, DLT_F32, &n, 1, 0, fv, sizeof fv, &f);
+    if (st == DLT_OK) st = dlt_add(a, b, &s); /* i64 + i32 -> i64, INT64_MAX + 1 wraps */
+    if (st == DLT_OK) st = dlt_mul(a, b, &m);
+    if (st == DLT_OK) st = dlt_div(b, b, &d); /* true division of integers -> f32 */
+    if (st == DLT_OK) st = dlt_sub(b, f, &p); /* i32 - f32 -> f32 */
+    int64_t sv[3] = {0}, mv[3] = {0};
+    float dv[3] = {0}, pv[3] = {0};
+    if (st == DLT_OK && (dlt_tensor_dtype(s) != DLT_I64 || dlt_tensor_dtype(d) != DLT_F32 || dlt_tensor_dtype(p) != DLT_F32))
+        st = DLT_ERR_INTERNAL;
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(s, sv, sizeof sv);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(m, mv, sizeof mv);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(d, dv, sizeof dv);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(p, pv, sizeof pv);
+    if (st == DLT_OK && !(sv[0] == INT64_MIN && sv[1] == -4 && sv[2] == (1 << 30) + 4 && mv[0] == INT64_MAX &&
+                          mv[1] == -21 && mv[2] == ((int64_t)1 << 32) && dv[0] == 1.0f && dv[2] == 1.0f &&
+                          pv[0] == 0.5f && pv[1] == 2.75f && pv[2] == 2.0f))
+        st = DLT_ERR_INTERNAL;
+    dlt_tensor *all[] = {a, b, f, s, m, d, p};
+    for (int i = 0; i < 7; i++) dlt_tensor_release(all[i]);
+    return st;
+}
+static dlt_status e_bool(dlt_ctx *ctx, int *out_touched) {
+    const int64_t a[2] = {2, 2}, b[1] = {3};
+    dlt_tensor *x = ot_zeros(ctx, DLT_I64, a, 2), *y = ot_zeros(ctx, DLT_I64, b, 1), *o = OT_SENTINEL;
     dlt_status st = dlt_sub(x, y, &o);
     OT_TOUCHED(o);
     dlt_tensor_release(x), dlt_tensor_release(y);
@@ -75,7 +106,8 @@ static dlt_status e_ctx(dlt_ctx *ctx, int *out_touched) {
 }
 static const ot_err ERRORS[] = {
     {"shapes [2,3] and [3,2] do not broadcast", e_shape, DLT_ERR_SHAPE},
-    {"an integer operand", e_int, DLT_ERR_DTYPE},
+    {"integers: exact int64 (INT64_MAX + 1 wraps), promotion, true division into f32", e_int, DLT_OK},
+    {"integer operands whose shapes do not broadcast", e_bool, DLT_ERR_SHAPE},
     {"a NULL operand", e_null, DLT_ERR_NULL_POINTER},
     {"operands of two contexts", e_ctx, DLT_ERR_CONTEXT_MISMATCH},
 };

@@ -77,12 +77,33 @@ static const ot_case CASES[] = {
     {"exp empty", fwd, ref, 1, {{OT_X, 2, {0, 4}, 0, 0, 0}}, 2, {0, 4}, -1, {EXP}},
 };
 
+/* integers: neg, abs and whole-number adds exact in their dtype; the rest promote to f32 */
 static dlt_status e_int(dlt_ctx *ctx, int *out_touched) {
-    const int64_t s[1] = {3};
-    dlt_tensor *x = ot_zeros(ctx, DLT_I32, s, 1), *o = OT_SENTINEL;
-    dlt_status st = dlt_exp(x, &o);
-    OT_TOUCHED(o);
-    dlt_tensor_release(x);
+    *out_touched = 0;
+    const int64_t n = 3;
+    const int32_t v[3] = {-5, 0, 7};
+    dlt_tensor *x = NULL, *ng = NULL, *ab = NULL, *ad = NULL, *fr = NULL, *ex = NULL;
+    dlt_status st = dlt_tensor_from_host(ctx, DLT_I32, &n, 1, 0, v, sizeof v, &x);
+    if (st == DLT_OK) st = dlt_neg(x, &ng);
+    if (st == DLT_OK) st = dlt_abs(x, &ab);
+    if (st == DLT_OK) st = dlt_add_scalar(x, 2.0, &ad);
+    if (st == DLT_OK) st = dlt_add_scalar(x, 0.5, &fr);
+    if (st == DLT_OK) st = dlt_exp(x, &ex);
+    int32_t a[3], b[3], c[3];
+    float d[3], e[3];
+    if (st == DLT_OK && (dlt_tensor_dtype(ng) != DLT_I32 || dlt_tensor_dtype(ad) != DLT_I32 ||
+                         dlt_tensor_dtype(fr) != DLT_F32 || dlt_tensor_dtype(ex) != DLT_F32))
+        st = DLT_ERR_INTERNAL;
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(ng, a, sizeof a);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(ab, b, sizeof b);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(ad, c, sizeof c);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(fr, d, sizeof d);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(ex, e, sizeof e);
+    if (st == DLT_OK && !(a[0] == 5 && a[2] == -7 && b[0] == 5 && b[1] == 0 && c[0] == -3 && c[2] == 9 &&
+                          d[0] == -4.5f && e[1] == 1.0f && fabsf(e[2] - 1096.6332f) < 1e-3f))
+        st = DLT_ERR_INTERNAL;
+    dlt_tensor *all[] = {x, ng, ab, ad, fr, ex};
+    for (int i = 0; i < 6; i++) dlt_tensor_release(all[i]);
     return st;
 }
 static dlt_status e_gelu_mode(dlt_ctx *ctx, int *out_touched) {
@@ -101,7 +122,7 @@ static dlt_status e_null(dlt_ctx *ctx, int *out_touched) {
     return st;
 }
 static const ot_err ERRORS[] = {
-    {"exp of an integer tensor", e_int, DLT_ERR_DTYPE},
+    {"integers: neg/abs/whole adds exact, fractions and exp promote to f32", e_int, DLT_OK},
     {"gelu with an unknown approximation", e_gelu_mode, DLT_ERR_INVALID_ARGUMENT},
     {"tanh of NULL", e_null, DLT_ERR_NULL_POINTER},
 };

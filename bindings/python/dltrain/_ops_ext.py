@@ -6,19 +6,7 @@ dlt_cat, dlt_transpose, dlt_permute; each returns a new tensor and records itsel
 autograd. A function the loaded library does not export raises NotImplementedError naming
 it, except where an older op gives the same result (noted below).
 
-LEAD: the signatures below are declared here with Library.declare because test_abi refuses
-_SIGNATURES entries that no header declares. When the headers have them, add these rows to
-_lib._SIGNATURES (the table then wins; these declarations are skipped):
-    "dlt_sub": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_mul": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_div": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_add_scalar": (STATUS, [PTR, F64, P(PTR)]),
-    "dlt_neg": (STATUS, [PTR, P(PTR)]),
-    "dlt_matmul": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_narrow": (STATUS, [PTR, I32, I64, I64, P(PTR)]),
-    "dlt_cat": (STATUS, [P(PTR), I32, I32, P(PTR)]),
-    "dlt_transpose": (STATUS, [PTR, I32, I32, P(PTR)]),
-    "dlt_permute": (STATUS, [PTR, P(I32), I32, P(PTR)]),
+Their signatures are rows of _lib._SIGNATURES (include/dltrain/ops.h).
 """
 
 import ctypes
@@ -31,24 +19,9 @@ from ._handle import arg
 from ._tensor import Tensor
 from .ops import mul_scalar  # noqa: F401 - the operators use it from here
 
-_DECLS = {
-    "dlt_sub": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_mul": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_div": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_add_scalar": (STATUS, [PTR, F64, P(PTR)]),
-    "dlt_neg": (STATUS, [PTR, P(PTR)]),
-    "dlt_matmul": (STATUS, [PTR, PTR, P(PTR)]),
-    "dlt_narrow": (STATUS, [PTR, I32, I64, I64, P(PTR)]),
-    "dlt_cat": (STATUS, [P(PTR), I32, I32, P(PTR)]),
-    "dlt_transpose": (STATUS, [PTR, I32, I32, P(PTR)]),
-    "dlt_permute": (STATUS, [PTR, P(I32), I32, P(PTR)]),
-}
-for _name, (_res, _args) in _DECLS.items():
-    if _name not in _lib._SIGNATURES:
-        lib.declare(_name, _res, _args)
-
 #: The C ops this module needs (tests skip their cases while one is missing).
-C_OPS = tuple(_DECLS)
+C_OPS = ("dlt_sub", "dlt_mul", "dlt_div", "dlt_add_scalar", "dlt_neg", "dlt_matmul", "dlt_narrow",
+         "dlt_cat", "dlt_transpose", "dlt_permute")
 
 
 def _call(fn, ctx, *args):
