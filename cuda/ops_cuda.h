@@ -104,6 +104,11 @@ dlt_status dlt__cuda_data_cursor_advance(dlt_ctx *ctx, dlt_data_cursor *cursor);
     .data_cursor_set = dlt__cuda_data_cursor_set,                                             \
     .data_cursor_advance = dlt__cuda_data_cursor_advance,
 
+/* ---- optim: adamw.cu, clip_grad_norm.cu (compile-checked only so far) ---- */
+dlt_status dlt__cuda_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L);
+dlt_status dlt__cuda_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L);
+#define DLT_CUDA_OPTIM_ENTRIES .adamw_step = dlt__cuda_adamw_step, .clip_grad_norm = dlt__cuda_clip_grad_norm,
+
 #ifdef __cplusplus
 }
 #endif
@@ -111,6 +116,6 @@ dlt_status dlt__cuda_data_cursor_advance(dlt_ctx *ctx, dlt_data_cursor *cursor);
 #define DLT_CUDA_OPS_ENTRIES                                                                  \
     DLT_CUDA_CONV2D_ENTRIES DLT_CUDA_BATCHNORM_ENTRIES DLT_CUDA_POOL_ENTRIES                  \
     DLT_CUDA_LINEAR_ENTRIES DLT_CUDA_CROSS_ENTROPY_ENTRIES DLT_CUDA_SGD_ENTRIES              \
-    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES
+    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES DLT_CUDA_OPTIM_ENTRIES
 
 #endif
