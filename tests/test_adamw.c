@@ -8,7 +8,9 @@
  * (PyTorch's lerp switches formula there), against
  *  (a) a float64 loop of PyTorch's rule (tolerance: fp32 rounding over six steps), and
  *  (b) an fp32 loop with PyTorch's foreach rounding (scalars in double rounded to f32,
- *      fused multiply-adds where the foreach kernels fuse), which must match bit for bit.
+ *      fused multiply-adds where the foreach kernels fuse), which must match bit for bit;
+ * and against numbers PyTorch 1.13 itself produced (tests/fixtures/adamw_torch.txt, made
+ * by tests/fixtures/gen_adamw_fixture.py).
  */
 #include <math.h>
 #include <stdint.h>
@@ -582,6 +584,147 @@ static void test_checkpoint_round_trip(void) {
     unlink(spath);
 }
 
+/* ---- numbers from PyTorch itself (tests/fixtures/adamw_torch.txt) ----
+ * Written once by tests/fixtures/gen_adamw_fixture.py with torch 1.13 (Debian's
+ * python3-torch, float32 on the CPU): AdamW and Adam (L2, maximize) over two groups and
+ * five steps with a lagging step count and an lr change, then clip_grad_norm_ (norms 2 and
+ * inf). torch 1.13's CPU loop rounds a little differently from the foreach rule (mul + add
+ * for the first moment): agreement to fp32 rounding is the test. */
+
+static int parse_floats(const char *s, float *out, int cap) {
+    char *end = NULL;
+    long n = strtol(s, &end, 10);
+    if (n < 0 || n > cap) return -1;
+    for (long i = 0; i < n; i++) out[i] = strtof(end, &end);
+    return (int)n;
+}
+
+static void check_close(const float *got, const float *want, int n, double tol, const char *what, int line) {
+    for (int i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= tol * (1.0 + fabs((double)want[i])))) {
+            CHECK(0, "fixture line %d, %s [%d]: %.9g, PyTorch %.9g", line, what, i, got[i], want[i]);
+            return;
+        }
+}
+
+static void test_torch_fixture(void) {
+    const char *root = getenv("DLT_SOURCE_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/adamw_torch.txt", root ? root : ".");
+    FILE *f = fopen(path, "r");
+    if (!f) SKIP("fixture %.150s not present (run tests/fixtures/gen_adamw_fixture.py with torch)", path);
+    static char line[4096];
+    dlt_tensor *prm[2] = {NULL, NULL};
+    dlt_optimizer *opt = NULL;
+    int stepped = 0, has_grad[2] = {0, 0}, lineno = 0, cases = 0, checks = 0;
+    float init[2][16];
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char key[16], who[4];
+        int step = 0, n = 0;
+        float vals[16], got[16];
+        if (line[0] == '#' || sscanf(line, "%15s", key) != 1) continue;
+        const char *rest = line + strlen(key);
+        if (strcmp(key, "case") == 0) {
+            dlt_optimizer_destroy(opt);
+            for (int k = 0; k < 2; k++) dlt_tensor_release(prm[k]);
+            opt = NULL;
+            prm[0] = prm[1] = NULL;
+            stepped = 0;
+            cases++;
+            const int adam = strstr(rest, "adam") && !strstr(rest, "adamw");
+            if (adam) memcpy(key, "adam", 5);
+            else memcpy(key, "adamw", 6);
+            /* the parameters come in the next two lines */
+            for (int k = 0; k < 2; k++) {
+                REQUIRE(fgets(line, sizeof line, f) != NULL);
+                lineno++;
+                REQUIRE(sscanf(line, "init %3s", who) == 1);
+                n = parse_floats(line + 7, init[k], 16);
+                const int64_t sa[2] = {3, 4}, sb[1] = {5};
+                REQUIRE(n == (k ? 5 : 12));
+                prm[k] = make_param(k ? sb : sa, k ? 1 : 2, 0, init[k]);
+            }
+            dlt_adamw_options o;
+            if (adam) dlt_adam_options_default(&o);
+            else dlt_adamw_options_default(&o);
+            o.lr = 1e-2;
+            o.weight_decay = 0.1;
+            o.beta2 = 0.99;
+            o.maximize = adam;
+            CHECK_OK(dlt_adamw_create_ex(&prm[0], 1, &o, &opt));
+            CHECK_OK(dlt_optimizer_add_param_group(opt, &prm[1], 1, 3e-3, 0.0));
+        } else if (strcmp(key, "lr") == 0) {
+            int g = 0;
+            double v = 0;
+            REQUIRE(sscanf(rest, "%d %d %lf", &step, &g, &v) == 3);
+            CHECK_OK(dlt_optimizer_set_group_lr(opt, g, v));
+        } else if (strcmp(key, "grad") == 0) {
+            int off = 0;
+            REQUIRE(sscanf(rest, "%d %3s %n", &step, who, &off) == 2);
+            n = parse_floats(rest + off, vals, 16);
+            const int k = who[0] == 'B';
+            th_set_grad(prm[k], vals);
+            has_grad[k] = 1;
+        } else if (strcmp(key, "param") == 0) {
+            int off = 0;
+            REQUIRE(sscanf(rest, "%d %3s %n", &step, who, &off) == 2);
+            if (stepped < step) { /* the step's gradients are set: take it */
+                for (int k = 0; k < 2; k++)
+                    if (!has_grad[k]) CHECK_OK(dlt_zero_grad(&prm[k], 1, 1));
+                CHECK_OK(dlt_optimizer_step(opt));
+                has_grad[0] = has_grad[1] = 0;
+                stepped = step;
+            }
+            n = parse_floats(rest + off, vals, 16);
+            const int k = who[0] == 'B';
+            read_host(prm[k], got);
+            check_close(got, vals, n, 5e-7, "parameter", lineno);
+            checks++;
+        } else if (strcmp(key, "exp_avg") == 0 || strcmp(key, "exp_avg_sq") == 0) {
+            int off = 0;
+            REQUIRE(sscanf(rest, " %3s %n", who, &off) == 1);
+            n = parse_floats(rest + off, vals, 16);
+            const int k = who[0] == 'B';
+            dlt_tensor *t = key[7] == '_' ? dlt_optimizer_exp_avg_sq(opt, k) : dlt_optimizer_exp_avg(opt, k);
+            REQUIRE(t != NULL);
+            read_host(t, got);
+            check_close(got, vals, n, 5e-7, key, lineno);
+            checks++;
+        } else if (strcmp(key, "step") == 0) {
+            double v = 0;
+            int64_t t = 0;
+            REQUIRE(sscanf(rest, " %3s %lf", who, &v) == 2);
+            CHECK_OK(dlt_optimizer_param_step(opt, who[0] == 'B', &t));
+            CHECK((double)t == v, "fixture line %d: step of %s %lld, PyTorch %g", lineno, who, (long long)t, v);
+            checks++;
+        } else if (strcmp(key, "clip") == 0) {
+            char type[8];
+            double max_norm = 0, total = 0;
+            REQUIRE(sscanf(rest, " %7s %lf total %lf", type, &max_norm, &total) == 3);
+            dlt_tensor *tt = NULL;
+            CHECK_OK(dlt_clip_grad_norm(prm, 2, max_norm, strcmp(type, "inf") == 0 ? INFINITY : 2.0, &tt));
+            float tv = 0;
+            read_host(tt, &tv);
+            dlt_tensor_release(tt);
+            CHECK(fabs(tv - total) <= 1e-6 * total, "fixture line %d: total %.9g, PyTorch %.9g", lineno, tv, total);
+            has_grad[0] = has_grad[1] = 0;
+            checks++;
+        } else if (strcmp(key, "clipped") == 0) {
+            int off = 0;
+            REQUIRE(sscanf(rest, " %3s %n", who, &off) == 1);
+            n = parse_floats(rest + off, vals, 16);
+            read_host(dlt_tensor_grad(prm[who[0] == 'B']), got);
+            check_close(got, vals, n, 5e-7, "clipped gradient", lineno);
+            checks++;
+        }
+    }
+    fclose(f);
+    CHECK(cases == 2 && checks >= 40, "fixture: %d cases, %d checks", cases, checks);
+    dlt_optimizer_destroy(opt);
+    for (int k = 0; k < 2; k++) dlt_tensor_release(prm[k]);
+}
+
 /* ---- misuse: clear status, message, nothing changed ---- */
 
 static void test_misuse(void) {
@@ -726,6 +869,7 @@ int main(void) {
     RUN(test_scaler_skip);
     RUN(test_schedule_groups);
     RUN(test_checkpoint_round_trip);
+    RUN(test_torch_fixture);
     RUN(test_misuse);
     rmdir(g_dir);
     dlt_ctx_destroy(g_ctx);
