@@ -146,6 +146,10 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
     .embedding_fwd = dlt__cuda_embedding_fwd, .embedding_bwd = dlt__cuda_embedding_bwd,       \
     .sdpa_fwd = dlt__cuda_sdpa_fwd, .sdpa_bwd = dlt__cuda_sdpa_bwd,                           \
     .rng_advance = dlt__cuda_rng_advance,
+/* ---- optim: adamw.cu, clip_grad_norm.cu (compile-checked only so far) ---- */
+dlt_status dlt__cuda_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L);
+dlt_status dlt__cuda_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L);
+#define DLT_CUDA_OPTIM_ENTRIES .adamw_step = dlt__cuda_adamw_step, .clip_grad_norm = dlt__cuda_clip_grad_norm,
 
 #ifdef __cplusplus
 }
@@ -154,6 +158,6 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
 #define DLT_CUDA_OPS_ENTRIES                                                                  \
     DLT_CUDA_CONV2D_ENTRIES DLT_CUDA_BATCHNORM_ENTRIES DLT_CUDA_POOL_ENTRIES                  \
     DLT_CUDA_LINEAR_ENTRIES DLT_CUDA_CROSS_ENTROPY_ENTRIES DLT_CUDA_SGD_ENTRIES              \
-    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES DLT_CUDA_TRANSFORMER_ENTRIES
+    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES DLT_CUDA_TRANSFORMER_ENTRIES DLT_CUDA_OPTIM_ENTRIES
 
 #endif

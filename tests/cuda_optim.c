@@ -8,7 +8,8 @@
  * without gradients); the autocast copies the kernel writes; the scaler's skip/backoff/
  * growth sequence; lr schedules; and a whole training step (forward, backward, unscale,
  * step, update) captured as a CUDA graph and replayed, compared with the same steps run
- * eagerly. Every case skips without a GPU.
+ * eagerly. Adam/AdamW and clip_grad_norm likewise (their cases, at the end, were written
+ * without a GPU and first run on the next GPU session). Every case skips without a GPU.
  */
 #include <math.h>
 #include <stdint.h>
@@ -703,6 +704,329 @@ static void test_graph_capture_failure_gives_arena_back(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* ---- Adam/AdamW and clip_grad_norm (optim) ----
+ * Written in a session without a GPU: cuda/adamw.cu and cuda/clip_grad_norm.cu were
+ * compile-checked only, these cases run them first on the next GPU session. */
+
+static double max_rel_err(const dlt_tensor *a, const dlt_tensor *b) {
+    float *x = th_read_f32(a), *y = th_read_f32(b);
+    const double e = th_rel_err_f(x, y, dlt_tensor_numel(a));
+    free(x);
+    free(y);
+    return e;
+}
+
+/* AdamW and Adam (maximize) over 300 parameters of odd sizes (two launches), two groups,
+ * parameters without a gradient at some steps (lagging step counts), a GradScaler with an
+ * inf at one step, nanoGPT's schedule: CUDA vs CPU. The element code is shared
+ * (dlt__adamw_elem), so the values agree bit for bit unless CUDA's double pow differs from
+ * the host's in the last ulp: checked to 1e-6 relative, and the bitwise matches counted. */
+static void adamw_vs_cpu(int decoupled) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    dlt_ctx *ctxs[2] = {cu, cpu};
+    enum { NP = 300 };
+    static dlt_tensor *p[2][NP];
+    static int64_t ns[NP];
+    dlt_optimizer *o[2];
+    dlt_grad_scaler *sc[2];
+    float *buf = malloc(20000 * sizeof(float));
+    for (int i = 0; i < NP; i++) {
+        const int64_t sizes[8] = {1, 3, 4095, 4096, 4097, 17, 12289, 255};
+        ns[i] = sizes[i % 8] + (i / 8) % 5;
+        for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand();
+        for (int c = 0; c < 2; c++) p[c][i] = param_from(ctxs[c], &ns[i], 1, 0, buf);
+    }
+    for (int c = 0; c < 2; c++) {
+        static dlt_tensor *even[NP / 2], *odd[NP / 2];
+        for (int i = 0; i < NP / 2; i++) {
+            even[i] = p[c][2 * i];
+            odd[i] = p[c][2 * i + 1];
+        }
+        dlt_adamw_options ao;
+        if (decoupled) dlt_adamw_options_default(&ao);
+        else dlt_adam_options_default(&ao);
+        ao.lr = 6e-4;
+        ao.beta2 = 0.95;
+        ao.weight_decay = 0.1;
+        ao.maximize = !decoupled;
+        CHECK_OK(dlt_adamw_create_ex(even, NP / 2, &ao, &o[c]));
+        CHECK_OK(dlt_optimizer_add_param_group(o[c], odd, NP / 2, 2e-3, 0.0));
+        CHECK_OK(dlt_lr_schedule_warmup_cosine(o[c], 2, 6, 6e-5));
+        CHECK_OK(dlt_grad_scaler_create(ctxs[c], 4.0, 2.0, 0.5, 2, 1, &sc[c]));
+    }
+    for (int step = 1; step <= 6; step++) {
+        for (int i = 0; i < NP; i++) {
+            const int none = (i * 7 + step) % 11 == 0;
+            for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand();
+            if (step == 3 && i == 123) buf[0] = INFINITY;
+            for (int c = 0; c < 2; c++) {
+                if (none) CHECK_OK(dlt_zero_grad(&p[c][i], 1, 1));
+                else th_set_grad(p[c][i], buf);
+            }
+        }
+        for (int c = 0; c < 2; c++) {
+            CHECK_OK(dlt_grad_scaler_step(sc[c], o[c]));
+            CHECK_OK(dlt_grad_scaler_update(sc[c]));
+        }
+        int32_t a0 = -1, a1 = -2;
+        int64_t c0 = -1, c1 = -2;
+        double l0 = 0, l1 = 0;
+        CHECK_OK(dlt_optimizer_last_step_applied(o[0], &a0));
+        CHECK_OK(dlt_optimizer_last_step_applied(o[1], &a1));
+        CHECK_OK(dlt_optimizer_step_count(o[0], &c0));
+        CHECK_OK(dlt_optimizer_step_count(o[1], &c1));
+        CHECK(a0 == a1 && a0 == (step != 3) && c0 == c1, "step %d: applied %d/%d count %lld/%lld", step, a0,
+              a1, (long long)c0, (long long)c1);
+        for (int g = 0; g < 2; g++) {
+            CHECK_OK(dlt_optimizer_get_group_lr(o[0], g, &l0));
+            CHECK_OK(dlt_optimizer_get_group_lr(o[1], g, &l1));
+            CHECK(fabs(l0 - l1) <= ldexp(fabs(l1), -23), "step %d group %d lr %.9g vs %.9g", step, g, l0, l1);
+        }
+    }
+    int bitwise = 0, bad = 0;
+    for (int i = 0; i < NP && bad < 5; i++) {
+        int64_t t0 = -1, t1 = -2;
+        CHECK_OK(dlt_optimizer_param_step(o[0], i, &t0));
+        CHECK_OK(dlt_optimizer_param_step(o[1], i, &t1));
+        CHECK(t0 == t1, "param %d: step count %lld vs %lld", i, (long long)t0, (long long)t1);
+        dlt_tensor *pairs[3][2] = {{p[0][i], p[1][i]},
+                                   {dlt_optimizer_exp_avg(o[0], i), dlt_optimizer_exp_avg(o[1], i)},
+                                   {dlt_optimizer_exp_avg_sq(o[0], i), dlt_optimizer_exp_avg_sq(o[1], i)}};
+        for (int k = 0; k < 3; k++) {
+            REQUIRE(pairs[k][0] && pairs[k][1]);
+            const double e = max_rel_err(pairs[k][0], pairs[k][1]);
+            if (e > 1e-6) {
+                CHECK(0, "%s param %d %s: rel err %.3g", decoupled ? "AdamW" : "Adam", i,
+                      k == 0 ? "value" : k == 1 ? "exp_avg" : "exp_avg_sq", e);
+                bad++;
+            }
+            bitwise += e == 0.0;
+        }
+    }
+    printf("# %s: %d of %d tensors bit-identical to the CPU\n", decoupled ? "AdamW" : "Adam", bitwise, 3 * NP);
+    free(buf);
+    for (int c = 0; c < 2; c++) {
+        dlt_grad_scaler_destroy(sc[c]);
+        dlt_optimizer_destroy(o[c]);
+        for (int i = 0; i < NP; i++) dlt_tensor_release(p[c][i]);
+    }
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
+static void test_adamw_vs_cpu(void) { adamw_vs_cpu(1); }
+static void test_adam_vs_cpu(void) { adamw_vs_cpu(0); }
+
+/* The AdamW kernel writes the autocast copies as the SGD kernel does. */
+static void test_adamw_lp_copy_refresh(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    const int64_t ws[2] = {9, 13}, xs[2] = {13, 13};
+    float v[117], g[117], eye[169];
+    for (int e = 0; e < 117; e++) {
+        v[e] = frand() * 4.0f;
+        g[e] = frand();
+    }
+    for (int e = 0; e < 169; e++) eye[e] = (e % 14) == 0 ? 1.0f : 0.0f;
+    dlt_tensor *w = param_from(cu, ws, 2, 0, v), *x = NULL, *y = NULL;
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 2, 0, eye, sizeof eye, &x));
+    CHECK_OK(dlt_autocast_begin(cu, DLT_BF16));
+    CHECK_OK(dlt_linear(x, w, NULL, &y));
+    CHECK_OK(dlt_autocast_end(cu));
+    dlt_tensor_release(y);
+    dlt_optimizer *opt = NULL;
+    CHECK_OK(dlt_adamw_create_ex(&w, 1, NULL, &opt));
+    for (int s = 0; s < 2; s++) {
+        th_set_grad(w, g);
+        CHECK_OK(dlt_optimizer_step(opt));
+    }
+    dlt_tensor *fresh = NULL;
+    CHECK_OK(dlt_tensor_cast(w, DLT_BF16, &fresh));
+    CHECK_OK(dlt_autocast_begin(cu, DLT_BF16));
+    CHECK_OK(dlt_linear(x, w, NULL, &y));
+    CHECK_OK(dlt_autocast_end(cu));
+    float *got = th_read_f32(y), *want = th_read_f32(fresh);
+    for (int i = 0, bad = 0; i < 9 && !bad; i++)
+        for (int j = 0; j < 13; j++)
+            if (got[j * 9 + i] != want[i * 13 + j]) {
+                CHECK(0, "bf16 copy [%d,%d]: %.9g vs fresh cast %.9g", i, j, got[j * 9 + i], want[i * 13 + j]);
+                bad = 1;
+                break;
+            }
+    free(got);
+    free(want);
+    dlt_tensor_release(y);
+    dlt_tensor_release(fresh);
+    dlt_optimizer_destroy(opt);
+    dlt_tensor_release(x);
+    dlt_tensor_release(w);
+    dlt_ctx_destroy(cu);
+}
+
+/* clip_grad_norm over 600 gradients (two launches of the multi-tensor kernels), norms 1,
+ * 2 and inf, clipping and not, and a NaN: totals and scaled gradients CUDA vs CPU (f32
+ * block partials on CUDA, double on the CPU: 1e-5 relative; the inf-norm is exact). */
+static void test_clip_grad_norm_vs_cpu(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    dlt_ctx *ctxs[2] = {cu, cpu};
+    enum { NP = 600 };
+    static dlt_tensor *p[2][NP];
+    static int64_t ns[NP];
+    float *buf = malloc(20000 * sizeof(float));
+    for (int i = 0; i < NP; i++) {
+        const int64_t sizes[6] = {1, 4096, 4097, 17, 12289, 255};
+        ns[i] = sizes[i % 6] + (i / 6) % 3;
+        for (int c = 0; c < 2; c++) {
+            CHECK_OK(dlt_tensor_zeros(ctxs[c], DLT_F32, &ns[i], 1, 0, &p[c][i]));
+            CHECK_OK(dlt_tensor_set_requires_grad(p[c][i], 1));
+        }
+    }
+    const double norms[3] = {2.0, 1.0, INFINITY};
+    for (int k = 0; k < 3; k++)
+        for (int clip = 0; clip < 3; clip++) {
+            for (int i = 0; i < NP; i++) {
+                for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand() * (float)(1 + i % 4);
+                if (clip == 2 && i == 301) buf[ns[i] - 1] = NAN;
+                for (int c = 0; c < 2; c++) th_set_grad(p[c][i], buf);
+            }
+            dlt_tensor *tot[2] = {NULL, NULL};
+            float t[2];
+            /* clip 0: max_norm far above the total (coef clamps to 1); 1 and 2: a tenth */
+            for (int c = 0; c < 2; c++) {
+                dlt_tensor *probe = NULL;
+                CHECK_OK(dlt_grad_norm(p[c], NP, norms[k], &probe));
+                float pv = 0;
+                CHECK_OK(dlt_tensor_copy_to_host(probe, &pv, 4));
+                dlt_tensor_release(probe);
+                const double max_norm = clip == 0 ? 1e30 : 0.1 * (double)pv;
+                CHECK_OK(dlt_clip_grad_norm(p[c], NP, clip == 2 ? 1.0 : max_norm, norms[k], &tot[c]));
+                CHECK_OK(dlt_tensor_copy_to_host(tot[c], &t[c], 4));
+                dlt_tensor_release(tot[c]);
+            }
+            if (clip == 2) {
+                CHECK(t[0] != t[0] && t[1] != t[1], "norm %g with a NaN: totals %g / %g", norms[k], t[0], t[1]);
+                continue;
+            }
+            const double tol = isinf(norms[k]) ? 0.0 : 1e-5;
+            CHECK(fabs(t[0] - t[1]) <= tol * fabs(t[1]), "norm %g clip %d: total %.9g vs cpu %.9g", norms[k], clip,
+                  t[0], t[1]);
+            int bad = 0;
+            for (int i = 0; i < NP && bad < 3; i++) {
+                const double e = max_rel_err(dlt_tensor_grad(p[0][i]), dlt_tensor_grad(p[1][i]));
+                if (e > 1e-5) {
+                    CHECK(0, "norm %g clip %d grad %d: rel err %.3g", norms[k], clip, i, e);
+                    bad++;
+                }
+            }
+        }
+    free(buf);
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < NP; i++) dlt_tensor_release(p[c][i]);
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
+/* The nanoGPT-style step captured as a CUDA graph: zero_grad, fp16 autocast forward, scaled
+ * backward, unscale, clip_grad_norm, AdamW (two groups, warm-up + cosine schedule) through
+ * the scaler, update. Replays against the same steps run eagerly, then a replay with an inf
+ * in the input: skipped on the device, nothing moves. */
+static dlt_status net_step_clip(void *user) {
+    net *n = (net *)user;
+    dlt_tensor *h = NULL, *a = NULL, *logits = NULL, *loss = NULL, *scaled = NULL, *total = NULL;
+    dlt_tensor *ps[4] = {n->w1, n->b1, n->w2, n->b2};
+    dlt_status st = dlt_optimizer_zero_grad(n->opt, 1);
+    if (st == DLT_OK) st = dlt_autocast_begin(n->ctx, DLT_F16);
+    if (st == DLT_OK) {
+        st = dlt_linear(n->x, n->w1, n->b1, &h);
+        if (st == DLT_OK) st = dlt_relu(h, &a);
+        if (st == DLT_OK) st = dlt_linear(a, n->w2, n->b2, &logits);
+        if (st == DLT_OK) st = dlt_cross_entropy(logits, n->y, -100, DLT_REDUCTION_MEAN, &loss);
+        dlt_status st2 = dlt_autocast_end(n->ctx);
+        if (st == DLT_OK) st = st2;
+    }
+    if (st == DLT_OK) st = dlt_grad_scaler_scale(n->sc, loss, &scaled);
+    if (st == DLT_OK) st = dlt_backward(scaled, NULL);
+    if (st == DLT_OK) st = dlt_grad_scaler_unscale(n->sc, n->opt);
+    if (st == DLT_OK) st = dlt_clip_grad_norm(ps, 4, 0.5, 2.0, &total);
+    if (st == DLT_OK) st = dlt_grad_scaler_step(n->sc, n->opt);
+    if (st == DLT_OK) st = dlt_grad_scaler_update(n->sc);
+    dlt_tensor_release(h);
+    dlt_tensor_release(a);
+    dlt_tensor_release(logits);
+    dlt_tensor_release(loss);
+    dlt_tensor_release(scaled);
+    dlt_tensor_release(total);
+    return st;
+}
+
+static void net_use_adamw(net *n) {
+    dlt_optimizer_destroy(n->opt);
+    dlt_tensor *w[2] = {n->w1, n->w2}, *b[2] = {n->b1, n->b2};
+    dlt_adamw_options o;
+    dlt_adamw_options_default(&o);
+    o.lr = 3e-3;
+    o.beta2 = 0.99;
+    o.weight_decay = 0.1;
+    CHECK_OK(dlt_adamw_create_ex(w, 2, &o, &n->opt));
+    CHECK_OK(dlt_optimizer_add_param_group(n->opt, b, 2, 3e-3, 0.0));
+    CHECK_OK(dlt_lr_schedule_warmup_cosine(n->opt, 3, 20, 3e-4));
+}
+
+static void test_capture_adamw_clip_step(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static float x[NB * ND], w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
+    static int32_t y[NB];
+    for (int i = 0; i < NB * ND; i++) x[i] = frand();
+    for (int i = 0; i < NB; i++) y[i] = (int32_t)((i * 3) % NK);
+    for (int i = 0; i < NH * ND; i++) w1[i] = frand() * 0.25f;
+    for (int i = 0; i < NH; i++) b1[i] = frand() * 0.25f;
+    for (int i = 0; i < NK * NH; i++) w2[i] = frand() * 0.18f;
+    for (int i = 0; i < NK; i++) b2[i] = frand() * 0.18f;
+    net g, e;
+    net_make(&g, cu, x, y, w1, b1, w2, b2);
+    net_make(&e, cu, x, y, w1, b1, w2, b2);
+    net_use_adamw(&g);
+    net_use_adamw(&e);
+    dlt_graph *graph = NULL;
+    CHECK_OK(graph_create_logged(cu, net_step_clip, &g, &graph));
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_logs);
+    for (int i = 0; i < 2; i++) CHECK_OK(net_step_clip(&e));
+    for (int r = 0; r < 5; r++) {
+        CHECK_OK(dlt_graph_run(graph));
+        CHECK_OK(net_step_clip(&e));
+    }
+    CHECK_OK(dlt_ctx_synchronize(cu));
+    check_nets_equal(&g, &e, "AdamW + clipping, after 7 steps");
+    int64_t count = 0, pst = 0;
+    CHECK_OK(dlt_optimizer_step_count(g.opt, &count));
+    CHECK_OK(dlt_optimizer_param_step(g.opt, 0, &pst));
+    CHECK(count == 7 && pst == 7, "step count %lld, param step %lld", (long long)count, (long long)pst);
+    double l1g = 0, l1e = 0;
+    CHECK_OK(dlt_optimizer_get_group_lr(g.opt, 1, &l1g));
+    CHECK_OK(dlt_optimizer_get_group_lr(e.opt, 1, &l1e));
+    CHECK(l1g == l1e, "group 1 lr %.9g (graph) vs %.9g (eager)", l1g, l1e);
+    /* an inf in the input: the replay skips, parameters, moments and counts stay */
+    float w1_before[NH * ND], w1_after[NH * ND], m_before[NH * ND], m_after[NH * ND];
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_before, sizeof w1_before));
+    CHECK_OK(dlt_tensor_copy_to_host(dlt_optimizer_exp_avg(g.opt, 0), m_before, sizeof m_before));
+    x[3] = INFINITY;
+    CHECK_OK(dlt_tensor_copy_from_host(g.x, x, sizeof x));
+    CHECK_OK(dlt_graph_run(graph));
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_after, sizeof w1_after));
+    CHECK_OK(dlt_tensor_copy_to_host(dlt_optimizer_exp_avg(g.opt, 0), m_after, sizeof m_after));
+    int32_t applied = -1;
+    CHECK_OK(dlt_optimizer_last_step_applied(g.opt, &applied));
+    CHECK_OK(dlt_optimizer_param_step(g.opt, 0, &pst));
+    CHECK(applied == 0 && pst == 7, "applied %d param step %lld", applied, (long long)pst);
+    CHECK(memcmp(w1_before, w1_after, sizeof w1_before) == 0, "a skipped replay moved the weights");
+    CHECK(memcmp(m_before, m_after, sizeof m_before) == 0, "a skipped replay changed exp_avg");
+    dlt_graph_destroy(graph);
+    net_free(&g);
+    net_free(&e);
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     RUN(test_sgd_all_options);
     RUN(test_multi_tensor_many_params);
@@ -714,5 +1038,10 @@ int main(void) {
     RUN(test_capture_whole_step_driver_memory);
     RUN(test_graph_arena_output_outlives_graph);
     RUN(test_graph_capture_failure_gives_arena_back);
+    RUN(test_adamw_vs_cpu);
+    RUN(test_adam_vs_cpu);
+    RUN(test_adamw_lp_copy_refresh);
+    RUN(test_clip_grad_norm_vs_cpu);
+    RUN(test_capture_adamw_clip_step);
     return th_done();
 }

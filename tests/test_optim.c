@@ -7,8 +7,9 @@
  *  (a) a float64 loop of PyTorch's rule (tolerance: fp32 rounding over six steps), and
  *  (b) an fp32 loop with PyTorch's foreach rounding (constants rounded to f32, FMAs where
  *      the foreach kernels use alpha), which must match bit for bit.
- * Schedules are checked against their closed forms written here, including that a step
- * the GradScaler skips advances nothing.
+ * Schedules are checked against their closed forms written here (nanoGPT's get_lr as its
+ * train.py writes it), including that a step the GradScaler skips advances nothing.
+ * Adam/AdamW: test_adamw.c; clipping: test_clip_grad_norm.c.
  */
 #include <math.h>
 #include <stdint.h>
@@ -331,8 +332,13 @@ static void test_validation(void) {
           "%s", dlt_last_error());
     CHECK_STATUS(dlt_sgd_create(ps, 2, 0.1, 0.9, 0.1, 0, 1, 0, &opt), DLT_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(dlt_sgd_create(ps, 0, 0.1, 0, 0, 0, 0, 0, &opt), DLT_ERR_INVALID_ARGUMENT);
-    dlt_tensor *dup[2] = {p, p};
-    CHECK_STATUS(dlt_sgd_create(dup, 2, 0.1, 0, 0, 0, 0, 0, &opt), DLT_ERR_INVALID_ARGUMENT);
+    /* a tensor listed twice (a tied weight) is one parameter */
+    dlt_tensor *dup[3] = {p, q, p};
+    CHECK_OK(dlt_sgd_create(dup, 3, 0.1, 0, 0, 0, 0, 0, &opt));
+    CHECK(dlt_optimizer_num_params(opt) == 2 && dlt_optimizer_param(opt, 0) == p &&
+          dlt_optimizer_param(opt, 1) == q);
+    dlt_optimizer_destroy(opt);
+    opt = NULL;
     CHECK_STATUS(dlt_sgd_create(NULL, 2, 0.1, 0, 0, 0, 0, 0, &opt), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_sgd_create(ps, 2, 0.1, 0, 0, 0, 0, 0, NULL), DLT_ERR_NULL_POINTER);
     dlt_tensor *withnull[2] = {p, NULL};
@@ -411,6 +417,19 @@ static double cf_warmup(int64_t t) { return base_lr * warm(t); }
 static double cf_warm_step(int64_t t) { return cf_step(t) * warm(t); }
 static double cf_warm_cosine(int64_t t) { return cf_cosine(t) * warm(t); }
 
+/* nanoGPT's get_lr(it) as train.py writes it (lr 0.1, warmup 3, decay 10, min_lr 0.01) */
+static double cf_nanogpt(int64_t it) {
+    const int64_t warmup_iters = 3, lr_decay_iters = 10;
+    const double learning_rate = base_lr, min_lr = 0.01;
+    if (it < warmup_iters) return learning_rate * (double)(it + 1) / (double)(warmup_iters + 1);
+    if (it > lr_decay_iters) return min_lr;
+    double decay_ratio = (double)(it - warmup_iters) / (double)(lr_decay_iters - warmup_iters);
+    double coeff = 0.5 * (1.0 + cos(M_PI * decay_ratio));
+    return min_lr + coeff * (learning_rate - min_lr);
+}
+/* ConstantLR(factor 0.5, total_iters 4) */
+static double cf_constant(int64_t t) { return t < 4 ? base_lr * 0.5 : base_lr; }
+
 /* |a - b| within one fp32 ulp of b */
 static int within_ulp(double a, double b) {
     return fabs(a - b) <= ldexp(fabs(b), -23) + 1e-30;
@@ -484,6 +503,28 @@ static void test_schedule_warmup(void) {
     CHECK_OK(dlt_lr_schedule_cosine(opt, 10, 0.001));
     CHECK_OK(dlt_lr_schedule_warmup(opt, 4, 0.25));
     check_sequence(opt, cf_warm_cosine, 0, 12, "LinearLR x Cosine");
+    dlt_optimizer_destroy(opt);
+    dlt_tensor_release(p);
+}
+
+/* nanoGPT's warm-up + cosine (not LinearLR x CosineAnnealingLR: its warm-up starts at
+ * lr/(W+1) and reaches lr only at t = W), and ConstantLR. */
+static void test_schedule_warmup_cosine(void) {
+    dlt_tensor *p;
+    dlt_optimizer *opt = sched_opt(&p);
+    CHECK_OK(dlt_lr_schedule_warmup_cosine(opt, 3, 10, 0.01));
+    check_sequence(opt, cf_nanogpt, 0, 14, "nanoGPT get_lr");
+    /* replaced by another main schedule; warmup_iters 0 is allowed */
+    CHECK_OK(dlt_lr_schedule_constant(opt, 0.5, 4));
+    double lr = 0;
+    CHECK_OK(dlt_optimizer_get_lr(opt, &lr));
+    CHECK(within_ulp(lr, base_lr), "ConstantLR after its total_iters: %.9g", lr);
+    CHECK_OK(dlt_lr_schedule_warmup_cosine(opt, 0, 20, 0.0));
+    dlt_optimizer_destroy(opt);
+    dlt_tensor_release(p);
+    opt = sched_opt(&p);
+    CHECK_OK(dlt_lr_schedule_constant(opt, 0.5, 4));
+    check_sequence(opt, cf_constant, 0, 7, "ConstantLR");
     dlt_optimizer_destroy(opt);
     dlt_tensor_release(p);
 }
@@ -577,6 +618,7 @@ int main(void) {
     RUN(test_schedule_multistep);
     RUN(test_schedule_cosine);
     RUN(test_schedule_warmup);
+    RUN(test_schedule_warmup_cosine);
     RUN(test_schedule_clear_and_set_lr);
     RUN(test_schedule_skipped_steps);
     dlt_ctx_destroy(g_ctx);

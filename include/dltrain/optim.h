@@ -30,11 +30,12 @@ typedef struct dlt_optimizer dlt_optimizer;
  * skipped; a momentum buffer is created the first time its parameter has a gradient at a
  * step, and "first" above means the first step that was applied (not skipped by a
  * GradScaler).
+ * A tensor listed twice (a tied weight) is one parameter: it is updated once per step.
  * @param params  n fp32 leaf tensors of one context (retained by the optimizer).
  * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (lr < 0, momentum < 0,
- *         weight_decay < 0, nesterov with momentum <= 0 or dampening != 0, n < 1, a
- *         parameter listed twice, a tensor that does not require grad); DLT_ERR_DTYPE (not
- *         fp32); DLT_ERR_CONTEXT_MISMATCH; out of memory.
+ *         weight_decay < 0, nesterov with momentum <= 0 or dampening != 0, n < 1, a tensor
+ *         that does not require grad); DLT_ERR_DTYPE (not fp32); DLT_ERR_CONTEXT_MISMATCH;
+ *         out of memory.
  * On CUDA one step is one multi-tensor kernel launch (a few for very many parameters); when
  * a parameter has an autocast low-precision copy, the same kernel refreshes it.
  */
@@ -50,11 +51,12 @@ DLT_API DLT_NODISCARD dlt_status dlt_optimizer_step(dlt_optimizer *opt);
 /** dlt_zero_grad over the optimizer's parameters. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_zero_grad(dlt_optimizer *opt, int32_t set_to_none);
 
-/** Sets the learning rate (an enqueued device write; no rebuild, valid inside a captured
- *  graph only if called outside it). The next step uses lr; an active schedule takes lr as
- *  its new base from the next applied step on. */
+/** Sets the learning rate of every parameter group (an enqueued device write; no rebuild,
+ *  valid inside a captured graph only if called outside it), as nanoGPT's loop over
+ *  param_groups does. The next step uses lr; an active schedule takes lr as its new base
+ *  from the next applied step on. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_set_lr(dlt_optimizer *opt, double lr);
-/** Current learning rate. Synchronises. */
+/** Current learning rate (of parameter group 0). Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_get_lr(dlt_optimizer *opt, double *out);
 /** Number of applied steps (steps skipped by the GradScaler do not count). Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_step_count(dlt_optimizer *opt, int64_t *out);
@@ -98,6 +100,160 @@ DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_warmup(dlt_optimizer *opt, int6
 /** Removes all schedules; the lr stays at its current value (and is the base of a later
  *  schedule). */
 DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_clear(dlt_optimizer *opt);
+
+/* ---------------------------------------------------------------------------------------
+ * Option structs, Adam/AdamW, parameter groups, gradient clipping
+ * ------------------------------------------------------------------------------------- */
+typedef struct dlt_sgd_options {
+    uint32_t size;       /* sizeof(dlt_sgd_options), set by dlt_sgd_options_default */
+    double lr;           /* 1e-3 */
+    double momentum;     /* 0 */
+    double dampening;    /* 0 */
+    double weight_decay; /* 0 */
+    int32_t nesterov;    /* 0 */
+    int32_t maximize;    /* 0 */
+} dlt_sgd_options;
+
+/** Fills o with size and torch.optim.SGD's defaults (lr 1e-3, everything else 0).
+ *  Option structs (dlt_sgd_options, dlt_adamw_options): fill them with their _default
+ *  function first, then change fields; the library reads only the fields that lie within
+ *  o->size (a size smaller than the first release's struct is DLT_ERR_INVALID_ARGUMENT);
+ *  o == NULL means all defaults. Fields are only ever appended. */
+DLT_API void dlt_sgd_options_default(dlt_sgd_options *o);
+/** dlt_sgd_create with an option struct (NULL: all defaults); same rules and errors. */
+DLT_API DLT_NODISCARD dlt_status dlt_sgd_create_ex(dlt_tensor *const *params, int32_t n,
+                                                   const dlt_sgd_options *o, dlt_optimizer **out);
+
+typedef struct dlt_adamw_options {
+    uint32_t size;                  /* sizeof(dlt_adamw_options), set by the _default calls */
+    int32_t decoupled_weight_decay; /* 1: AdamW (p *= 1 - lr*wd); 0: Adam (g += wd*p) */
+    double lr;                      /* 1e-3 */
+    double beta1;                   /* 0.9 */
+    double beta2;                   /* 0.999 */
+    double eps;                     /* 1e-8 */
+    double weight_decay;            /* AdamW 1e-2, Adam 0 */
+    int32_t amsgrad;                /* 0 (1 is DLT_ERR_NOT_SUPPORTED) */
+    int32_t maximize;               /* 0 */
+} dlt_adamw_options;
+
+/** Fills o with size and torch.optim.AdamW's defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8,
+ *  weight_decay 1e-2, decoupled_weight_decay 1). */
+DLT_API void dlt_adamw_options_default(dlt_adamw_options *o);
+/** Fills o with size and torch.optim.Adam's defaults (as AdamW's but weight_decay 0 and
+ *  decoupled_weight_decay 0). */
+DLT_API void dlt_adam_options_default(dlt_adamw_options *o);
+
+/**
+ * torch.optim.AdamW (or Adam, with o->decoupled_weight_decay = 0), amsgrad off, with
+ * PyTorch's update rule (docs/optim.md). Per step, for each parameter with a gradient,
+ * t = its step count + 1:
+ *   g = maximize ? -grad : grad;   AdamW: p *= 1 - lr*wd;   Adam: g += wd*p
+ *   m = lerp(m, g, 1 - beta1);     v = beta2*v + (1 - beta2)*g*g
+ *   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * in fp32 with the rounding of PyTorch's foreach implementation (scalars computed in
+ * double, then rounded to fp32). The parameters form parameter group 0 with o->lr and
+ * o->weight_decay; dlt_optimizer_add_param_group adds more. Moments (exp_avg, exp_avg_sq)
+ * are created, zero, at the first step where the parameter has a gradient; the step
+ * counts, lrs and the applied-step count live on the device, so a captured step replays
+ * correctly and a step the GradScaler skips changes nothing. Low-precision autocast copies
+ * are refreshed by the same kernel, as with SGD. A tensor listed twice is one parameter.
+ * On CUDA one step is one multi-tensor kernel launch (more for over 256 parameters).
+ * @param params  n fp32 leaf tensors of one context that require grad (retained).
+ * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (lr, eps or weight_decay
+ *         negative or NaN, a beta outside [0, 1), n < 1, o->size too small, a tensor that
+ *         does not require grad); DLT_ERR_NOT_SUPPORTED (amsgrad); DLT_ERR_DTYPE (not
+ *         fp32); DLT_ERR_CONTEXT_MISMATCH; out of memory. Messages use PyTorch's words.
+ */
+DLT_API DLT_NODISCARD dlt_status dlt_adamw_create_ex(dlt_tensor *const *params, int32_t n,
+                                                     const dlt_adamw_options *o,
+                                                     dlt_optimizer **out);
+/** The options of an Adam/AdamW optimizer as given at creation (lr and weight_decay:
+ *  parameter group 0's at creation). out->size must be set (dlt_adamw_options_default);
+ *  only fields within it are written. DLT_ERR_INVALID_ARGUMENT for an SGD optimizer. */
+DLT_API DLT_NODISCARD dlt_status dlt_adamw_get_options(const dlt_optimizer *opt,
+                                                       dlt_adamw_options *out);
+/** First moment of parameter i (borrowed), NULL if none yet or not Adam. */
+DLT_API dlt_tensor *dlt_optimizer_exp_avg(const dlt_optimizer *opt, int32_t i);
+/** Second moment of parameter i (borrowed), NULL if none yet or not Adam. */
+DLT_API dlt_tensor *dlt_optimizer_exp_avg_sq(const dlt_optimizer *opt, int32_t i);
+/** Adam: parameter i's step count (PyTorch's state["step"]; 0 before its first applied
+ *  step). SGD: the applied-step count. Synchronises. */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_param_step(dlt_optimizer *opt, int32_t i, int64_t *out);
+/** "SGD", "Adam" or "AdamW" (a static string; "" for NULL). */
+DLT_API const char *dlt_optimizer_kind(const dlt_optimizer *opt);
+
+/**
+ * torch.optim.Optimizer.add_param_group: a new parameter group with its own lr and weight
+ * decay (the other hyper-parameters are the optimizer's). Adam/AdamW only, up to 16 groups.
+ * The new group's lr follows the active schedules from its own base (as PyTorch's
+ * schedulers treat each group's initial lr). A tensor listed twice counts once.
+ * Add groups before capturing a step in a graph: the device block moves.
+ * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (bad lr or weight decay,
+ *         n < 1, a tensor already in a group: "some parameters appear in more than one
+ *         parameter group", not fp32 / no requires-grad as at creation); DLT_ERR_DTYPE;
+ *         DLT_ERR_CONTEXT_MISMATCH; DLT_ERR_NOT_SUPPORTED (SGD, a 17th group);
+ *         DLT_ERR_INVALID_STATE (during graph capture); out of memory. Nothing changes on
+ *         failure.
+ */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_add_param_group(dlt_optimizer *opt,
+                                                               dlt_tensor *const *params, int32_t n,
+                                                               double lr, double weight_decay);
+/** Number of parameter groups (0 for NULL). */
+DLT_API int32_t dlt_optimizer_num_param_groups(const dlt_optimizer *opt);
+/** Parameter group of parameter i, -1 when out of range. */
+DLT_API int32_t dlt_optimizer_param_group_of(const dlt_optimizer *opt, int32_t i);
+/** Sets one group's lr (param_groups[g]["lr"] = lr; enqueued, as dlt_optimizer_set_lr). */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_set_group_lr(dlt_optimizer *opt, int32_t group, double lr);
+/** One group's current lr. Synchronises. */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_get_group_lr(dlt_optimizer *opt, int32_t group, double *out);
+/** Sets one group's weight decay (>= 0) for the following steps (a captured graph keeps the
+ *  value it was captured with). SGD has one group. */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_set_group_weight_decay(dlt_optimizer *opt, int32_t group,
+                                                                      double weight_decay);
+/** One group's weight decay. */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_get_group_weight_decay(const dlt_optimizer *opt,
+                                                                      int32_t group, double *out);
+
+/**
+ * torch.nn.utils.clip_grad_norm_: total = the norm of all the parameters' gradients taken
+ * together (norm_type 2: sqrt of the sum of squares; 1: sum of absolute values; INFINITY:
+ * largest absolute value), then every gradient is multiplied by
+ * min(max_norm / (total + 1e-6), 1), computed on the device: no synchronisation, so it can
+ * be captured in a graph. Parameters without a gradient are skipped, a tensor listed twice
+ * counts once. With a GradScaler: dlt_grad_scaler_unscale, then clip, then
+ * dlt_grad_scaler_step (which still skips on inf/NaN; the total is then inf or NaN).
+ * @param params  n tensors of one context (NULL entries are skipped); gradients fp32.
+ * @param total   receives the total as a new one-element (0-D) f32 tensor on the context,
+ *                owned by the caller; may be NULL.
+ * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (n < 1, max_norm negative
+ *         or NaN, norm_type <= 0 or NaN); DLT_ERR_NOT_SUPPORTED (norm_type other than 1, 2,
+ *         inf); DLT_ERR_DTYPE (a gradient that is not fp32); DLT_ERR_CONTEXT_MISMATCH; out
+ *         of memory. Nothing changes on failure.
+ */
+DLT_API DLT_NODISCARD dlt_status dlt_clip_grad_norm(dlt_tensor *const *params, int32_t n,
+                                                    double max_norm, double norm_type,
+                                                    dlt_tensor **total);
+
+/** The total dlt_clip_grad_norm would compute (same rules and errors), without changing
+ *  any gradient. *total receives a new one-element f32 tensor (owned by the caller; not
+ *  NULL). Enqueued: reading the value synchronises. */
+DLT_API DLT_NODISCARD dlt_status dlt_grad_norm(dlt_tensor *const *params, int32_t n, double norm_type,
+                                               dlt_tensor **total);
+
+/** nanoGPT's learning-rate function, for iteration t = the applied-step count:
+ *    t < warmup_iters:     base * (t + 1) / (warmup_iters + 1)
+ *    t > lr_decay_iters:   min_lr
+ *    else                  min_lr + (1 + cos(pi * (t - warmup_iters) / (lr_decay_iters -
+ *                          warmup_iters))) / 2 * (base - min_lr)
+ *  (a main schedule: it replaces StepLR/MultiStepLR/cosine/constant). base is each
+ *  group's base lr, min_lr is shared. warmup_iters >= 0, lr_decay_iters > warmup_iters,
+ *  min_lr finite and >= 0. */
+DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_warmup_cosine(dlt_optimizer *opt, int64_t warmup_iters,
+                                                               int64_t lr_decay_iters, double min_lr);
+/** main(t) = base * (t < total_iters ? factor : 1)  (ConstantLR; 0 < factor <= 1,
+ *  total_iters >= 0). A constant lr is no schedule at all (dlt_lr_schedule_clear). */
+DLT_API DLT_NODISCARD dlt_status dlt_lr_schedule_constant(dlt_optimizer *opt, double factor,
+                                                          int64_t total_iters);
 
 #ifdef __cplusplus
 }

@@ -134,13 +134,13 @@ dlt_status dlt_grad_scaler_scale(dlt_grad_scaler *s, dlt_tensor *loss, dlt_tenso
  * DLT_SCALER_MAX_OPT optimizers are in flight. */
 static scaler_rec *find_rec(dlt_grad_scaler *s, const dlt_optimizer *opt) {
     for (int32_t i = 0; i < s->nrec; i++)
-        if (s->recs[i].opt == opt && s->recs[i].uid == opt->uid) return &s->recs[i];
+        if (s->recs[i].opt == opt && s->recs[i].uid == dlt__optimizer_uid(opt)) return &s->recs[i];
     return NULL;
 }
 
 static dlt_status get_rec(dlt_grad_scaler *s, dlt_optimizer *opt, const char *func,
                           scaler_rec **out) {
-    if (opt->ctx != s->ctx)
+    if (dlt__optimizer_ctx(opt) != s->ctx)
         return dlt__err(DLT_ERR_CONTEXT_MISMATCH, func,
                         "the optimizer and the scaler belong to different contexts");
     scaler_rec *r = find_rec(s, opt);
@@ -156,7 +156,7 @@ static dlt_status get_rec(dlt_grad_scaler *s, dlt_optimizer *opt, const char *fu
                                 DLT_SCALER_MAX_OPT);
         }
         r->opt = opt;
-        r->uid = opt->uid;
+        r->uid = dlt__optimizer_uid(opt);
         r->stage = STAGE_READY;
     }
     *out = r;
@@ -172,19 +172,17 @@ static dlt_status unscale_rec(dlt_grad_scaler *s, dlt_optimizer *opt, scaler_rec
     dlt_ctx *ctx = s->ctx;
     DLT_CHECK(dlt__ctx_ok(ctx, func));
     if (!ctx->be->amp_unscale) return dlt__be_missing(ctx, func, "amp_unscale");
+    dlt_tensor **grads = NULL; /* the optimizer's list (optim_internal.h), each gradient once */
     int32_t k = 0;
-    for (int32_t i = 0; i < opt->n; i++) {
-        dlt_tensor *p = opt->params[i];
-        if (!p->grad || !p->grad_defined) continue;
-        if (p->grad->dtype == DLT_F16)
+    dlt__optimizer_grads(opt, &grads, &k);
+    for (int32_t i = 0; i < k; i++)
+        if (grads[i]->dtype == DLT_F16)
             return dlt__err(DLT_ERR_DTYPE, func, "Attempting to unscale FP16 gradients.");
-        opt->l_grads[k++] = p->grad; /* the optimizer's launch scratch, rebuilt by its step */
-    }
     float *flag = rec_flag(s, r);
     DLT_CHECK(fail_wrap(ctx->be->memset0(ctx, flag, sizeof(float)), func));
     if (k > 0)
-        DLT_CHECK(fail_wrap(ctx->be->amp_unscale(ctx, opt->l_grads, k, flag, dlt__data(s->scale)), func));
-    for (int32_t i = 0; i < k; i++) opt->l_grads[i]->version++;
+        DLT_CHECK(fail_wrap(ctx->be->amp_unscale(ctx, grads, k, flag, dlt__data(s->scale)), func));
+    for (int32_t i = 0; i < k; i++) grads[i]->version++;
     r->stage = STAGE_UNSCALED;
     return DLT_OK;
 }
@@ -287,7 +285,7 @@ dlt_status dlt_grad_scaler_found_inf(dlt_grad_scaler *s, dlt_optimizer *opt, int
     DLT_NULL_CHECK(s, F);
     DLT_NULL_CHECK(opt, F);
     DLT_NULL_CHECK(out, F);
-    if (s->enabled && opt->ctx != s->ctx)
+    if (s->enabled && dlt__optimizer_ctx(opt) != s->ctx)
         return dlt__err(DLT_ERR_CONTEXT_MISMATCH, F,
                         "the optimizer and the scaler belong to different contexts");
     scaler_rec *r = s->enabled ? find_rec(s, opt) : NULL;

@@ -239,11 +239,13 @@ typedef struct dlt_pool_params {
     int64_t kernel[2], stride[2], pad[2];
 } dlt_pool_params;
 
-/* ---- optimizer (lib/optim, lib/cpu/sgd.c, cuda/sgd.cu) ----
+/* ---- optimizer (lib/optim, lib/cpu/{sgd,adamw,clip_grad_norm}.c, cuda/ likewise) ----
  * An optimizer's per-step values live in one block of its context's device memory: a
- * dlt_optim_dev followed by one int32 flag per parameter (1 once that parameter's momentum
- * buffer holds data). Kernels read and write them, so a step never waits for the host and
- * a step the GradScaler skips on the device leaves no trace. */
+ * dlt_optim_dev (group 0's lr), DLT_OPTIM_MAX_GROUPS - 1 dlt_optim_group_dev (the lr of
+ * groups 1..), then one int32 per parameter (SGD: 1 once its momentum buffer holds data;
+ * Adam/AdamW: the parameter's step count, PyTorch's state["step"], 0 = no state yet).
+ * Kernels read and write them, so a step never waits for the host and a step the
+ * GradScaler skips on the device leaves no trace. */
 typedef struct dlt_optim_dev {
     double base_lr;       /* schedule base (equals lr while no schedule is active) */
     int64_t step;         /* applied steps (skipped steps do not count) */
@@ -253,12 +255,22 @@ typedef struct dlt_optim_dev {
     int32_t pad_;
 } dlt_optim_dev;
 
+#define DLT_OPTIM_MAX_GROUPS 16
+/* lr of parameter group g >= 1 (group 0 lives in dlt_optim_dev) */
+typedef struct dlt_optim_group_dev {
+    double base_lr;
+    float lr;
+    int32_t pad_;
+} dlt_optim_group_dev;
+
 /* Learning-rate schedule, evaluated after each applied step t (lib/optim/schedule.c):
  * lr = main(base, t) * warmup(t). Passed by value to kernels. */
 #define DLT_LR_MAIN_NONE 0
 #define DLT_LR_MAIN_STEP 1
 #define DLT_LR_MAIN_MULTISTEP 2
 #define DLT_LR_MAIN_COSINE 3
+#define DLT_LR_MAIN_WARMUP_COSINE 4 /* nanoGPT's get_lr */
+#define DLT_LR_MAIN_CONSTANT 5      /* ConstantLR */
 #define DLT_LR_MAX_MILESTONES 32
 typedef struct dlt_lr_schedule {
     int32_t main_kind;    /* DLT_LR_MAIN_* */
@@ -272,16 +284,25 @@ typedef struct dlt_lr_schedule {
     double eta_min;
     int64_t warmup_steps; /* LinearLR */
     double start_factor;
+    int64_t wc_warmup;    /* warm-up + cosine (nanoGPT): warmup_iters, lr_decay_iters, min_lr */
+    int64_t wc_decay;
+    double wc_min_lr;
+    int64_t const_iters;  /* ConstantLR: factor until total_iters */
+    double const_factor;
 } dlt_lr_schedule;
 
-/* Writes to an optimizer's dlt_optim_dev, applied in this order (each when its flag is 1). */
+/* Writes to an optimizer's dlt_optim_dev, applied in this order (each when its flag is 1):
+ * the step first, then per parameter group (every group, or only `group` when one_group)
+ * the lr fields. */
 typedef struct dlt_optim_state_op {
     int32_t write_lr;     /* lr = (float)lr_value */
     int32_t write_base;   /* base_lr = base_value */
     int32_t write_step;   /* step = step_value */
     int32_t base_from_lr; /* base_lr = lr (after the writes above) */
     int32_t evaluate;     /* lr = (float)schedule(base_lr, step) (last) */
-    int32_t pad_;
+    int32_t one_group;    /* 0: groups 0..n_groups-1; 1: only `group` */
+    int32_t group;
+    int32_t n_groups;     /* the optimizer's group count (0 is read as 1) */
     double lr_value, base_value;
     int64_t step_value;
     dlt_lr_schedule schedule;
@@ -308,6 +329,47 @@ typedef struct dlt_sgd_launch {
                              * last_applied = 0 */
     const dlt_lr_schedule *schedule; /* NULL, or evaluated into lr after an applied step */
 } dlt_sgd_launch;
+
+/* One Adam/AdamW step over the n parameters that have a gradient (one multi-tensor launch
+ * on CUDA; lib/optim/adamw.c states the update). Parameter, gradient, moments and
+ * same-format low-precision copies share shape and memory format. */
+typedef struct dlt_adamw_launch {
+    int32_t n;
+    int32_t n_groups;
+    dlt_tensor **params;     /* fp32 masters, updated in place */
+    dlt_tensor **grads;      /* fp32 gradients, read only */
+    dlt_tensor **exp_avg;    /* first moments (zeros before the parameter's first step) */
+    dlt_tensor **exp_avg_sq; /* second moments */
+    dlt_tensor **lp_copies;  /* 2n entries: [2i] f16, [2i+1] bf16 copy to write, or NULL */
+    int32_t *index;          /* param i's step count is steps[index[i]] */
+    int32_t *group;          /* param i's parameter group */
+    void *steps;             /* device int32 step counts, read and incremented by the kernel */
+    void *state;             /* device dlt_optim_dev (+ group lrs): lrs read; step,
+                              * last_applied, lrs written */
+    const double *weight_decay; /* n_groups entries */
+    double beta1, beta2, eps;
+    int32_t decoupled;       /* 1: AdamW (p *= 1 - lr*wd); 0: Adam (g += wd*p) */
+    int32_t maximize;
+    const void *found_inf;   /* device f32 or NULL: when != 0 nothing changes except
+                              * last_applied = 0 */
+    const dlt_lr_schedule *schedule; /* NULL, or evaluated into every group's lr after an
+                                      * applied step */
+} dlt_adamw_launch;
+
+/* clip_grad_norm over n fp32 gradients (lib/optim/clip_grad_norm.c): total = the norm of
+ * all their elements (norm 1, 2 or inf), written to total (device f32); then every gradient
+ * is multiplied by min(max_norm / (total + 1e-6), 1) computed on the device. */
+#define DLT_CLIP_NORM_L1 1
+#define DLT_CLIP_NORM_L2 2
+#define DLT_CLIP_NORM_INF 3
+typedef struct dlt_clip_launch {
+    int32_t n;
+    int32_t norm;            /* DLT_CLIP_NORM_* */
+    dlt_tensor **grads;      /* modified in place */
+    void *total;             /* device f32, one element */
+    double max_norm;
+    int32_t scale;           /* 0: the total only (dlt_grad_norm), gradients untouched */
+} dlt_clip_launch;
 
 /* Data pipeline (lib/data, lib/cpu/data.c, cuda/data.cu). Images are 3x32x32 uint8 planes
  * (CIFAR-10's record order); labels int32. */
@@ -565,6 +627,12 @@ struct dlt_backend {
     /* optim (lib/optim, lib/cpu/sgd.c, cuda/sgd.cu) */
     /* Applies op to an optimizer's dlt_optim_dev (one tiny kernel on CUDA). */
     dlt_status (*sgd_state)(dlt_ctx *ctx, void *state, const dlt_optim_state_op *op);
+    /* Adam/AdamW over L->params (dlt_adamw_launch); then, unless skipped, the step counts
+     * of the updated parameters += 1, state->step++, last_applied = 1 and every group's lr
+     * = schedule(...) when one is given. */
+    dlt_status (*adamw_step)(dlt_ctx *ctx, const dlt_adamw_launch *L);
+    /* total and scaling of clip_grad_norm (dlt_clip_launch), no host synchronisation */
+    dlt_status (*clip_grad_norm)(dlt_ctx *ctx, const dlt_clip_launch *L);
     /* data (lib/data, lib/cpu/data.c, cuda/data.cu) */
     /* perm (int32 [count]) = 0..count-1 sorted by the 64-bit Philox key of each index for
      * (seed, epoch), ties by index (dlt__data_shuffle_key). Same order on every backend. */

@@ -143,10 +143,14 @@ dlt_status dlt__cpu_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_t
     .rng_advance = dlt__cpu_rng_advance, .embedding_fwd = dlt__cpu_embedding_fwd,             \
     .embedding_bwd = dlt__cpu_embedding_bwd, .sdpa_fwd = dlt__cpu_sdpa_fwd,                   \
     .sdpa_bwd = dlt__cpu_sdpa_bwd,
+/* ---- optim: adamw.c, clip_grad_norm.c ---- */
+dlt_status dlt__cpu_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L);
+dlt_status dlt__cpu_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L);
+#define DLT_CPU_OPTIM_ENTRIES .adamw_step = dlt__cpu_adamw_step, .clip_grad_norm = dlt__cpu_clip_grad_norm,
 
 #define DLT_CPU_OPS_ENTRIES                                                                   \
     DLT_CPU_CONV2D_ENTRIES DLT_CPU_BATCHNORM_ENTRIES DLT_CPU_POOL_ENTRIES                      \
     DLT_CPU_LINEAR_ENTRIES DLT_CPU_CROSS_ENTROPY_ENTRIES DLT_CPU_SGD_ENTRIES                  \
-    DLT_CPU_AMP_ENTRIES DLT_CPU_DATA_ENTRIES DLT_CPU_TRANSFORMER_ENTRIES
+    DLT_CPU_AMP_ENTRIES DLT_CPU_DATA_ENTRIES DLT_CPU_TRANSFORMER_ENTRIES DLT_CPU_OPTIM_ENTRIES
 
 #endif

@@ -3,8 +3,13 @@
  *
  * Names: the module's state_dict names ("conv1.weight", "bn1.num_batches_tracked"), then
  *   optimizer.momentum_buffer.<param name>   f32, the parameter's shape (buffers holding data)
- *   optimizer.lr                             F64 []   (the lr the next step uses)
+ *   optimizer.exp_avg.<param name>, optimizer.exp_avg_sq.<param name>   f32 (Adam/AdamW:
+ *   optimizer.step.<param name>              F32 []    parameters with state, PyTorch's keys)
+ *   optimizer.lr                             F64 []   (the lr the next step uses, group 0)
+ *   optimizer.param_groups.<g>.lr            F64 []   (groups g >= 1)
  *   optimizer.step_count                     I64 []
+ * A parameter the module lists under two names (a tied weight) has its optimizer state
+ * written once, under its first name.
  *   scaler.scale                             F32 []   (the device value, exactly)
  *   scaler.growth_factor, scaler.backoff_factor   F64 []
  *   scaler.growth_interval, scaler._growth_tracker I32 []
@@ -31,6 +36,8 @@
 
 #define OPT_PREFIX "optimizer."
 #define MOM_PREFIX "optimizer.momentum_buffer."
+/* Adam/AdamW's per-parameter state keys, PyTorch's names (optim) */
+#define ADAM_KEY_NAME(k) ((k) == 0 ? "exp_avg" : (k) == 1 ? "exp_avg_sq" : "step")
 
 static int has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
@@ -72,6 +79,7 @@ typedef struct load_op {
     const dlt__st_entry *src;
     dlt_tensor *staged; /* temporary on dst's context when a conversion is needed, else NULL */
     int32_t opt_index;  /* >= 0: a momentum buffer for optimizer parameter opt_index */
+    int32_t opt_slot;   /* which state tensor (dlt__optimizer_set_state_tensor) */
 } load_op;
 
 typedef struct load_plan {
@@ -150,7 +158,7 @@ static dlt_status commit(dlt_module *m, dlt_optimizer *opt, load_plan *plan, con
         load_op *op = &plan->ops[i];
         dlt_status st;
         if (op->opt_index >= 0)
-            st = dlt__optimizer_set_momentum_buffer(opt, op->opt_index, op->staged);
+            st = dlt__optimizer_set_state_tensor(opt, op->opt_index, op->opt_slot, op->staged);
         else if (op->staged)
             st = dlt_tensor_copy(op->dst, op->staged);
         else
@@ -229,14 +237,86 @@ static void put_scalar(scalar_out *s, int32_t *n, const char *name, int32_t dtyp
 /* Every optimizer parameter must be a parameter of m (matched by identity). */
 static dlt_status check_opt_params(dlt_module *m, dlt_optimizer *opt, const char *func) {
     int32_t matched = 0;
-    for (int32_t i = 0; i < m->n_flat; i++)
-        if (m->flat[i].is_param && dlt__optimizer_param_index(opt, m->flat[i].tensor) >= 0) matched++;
     int32_t n = dlt_optimizer_num_params(opt);
+    uint8_t *seen = calloc((size_t)(n ? n : 1), 1); /* tied weights: counted once */
+    if (!seen) return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate %d flags", n);
+    for (int32_t i = 0; i < m->n_flat; i++) {
+        int32_t k = m->flat[i].is_param ? dlt__optimizer_param_index(opt, m->flat[i].tensor) : -1;
+        if (k >= 0 && !seen[k]) {
+            seen[k] = 1;
+            matched++;
+        }
+    }
+    free(seen);
     if (matched != n)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, func,
                         "%d of the optimizer's %d parameters are not parameters of the module",
                         n - matched, n);
     return DLT_OK;
+}
+
+/* ---- tied weights, Adam/AdamW state and parameter groups, save side (optim) ---- */
+
+/* Index of the first flat entry holding the same tensor as entry i (i itself if none). */
+static int32_t first_name_of(const dlt_module *m, int32_t i) {
+    for (int32_t j = 0; j < i; j++)
+        if (m->flat[j].tensor == m->flat[i].tensor) return j;
+    return i;
+}
+
+static dlt_status group_lr_scalars(dlt_optimizer *opt, scalar_out *sc, int32_t *nsc, const char *func) {
+    for (int32_t g = 1; g < dlt_optimizer_num_param_groups(opt); g++) {
+        double lr = 0;
+        dlt_status st = dlt__optimizer_get_group_lr(opt, g, &lr);
+        if (st != DLT_OK) return dlt__err_wrap(st, func);
+        char name[40];
+        snprintf(name, sizeof name, "optimizer.param_groups.%d.lr", g);
+        put_scalar(sc, nsc, name, DLT__ST_F64, lr);
+    }
+    return DLT_OK;
+}
+
+/* Appends exp_avg, exp_avg_sq and step of every parameter with state (step count > 0), in
+ * the module's order, each tied tensor once. *stepv (allocated here, freed by the caller)
+ * holds the step values the entries point to. */
+static dlt_status adam_entries(dlt_module *m, dlt_optimizer *opt, dlt__st_out *e, int32_t *n,
+                               char **owned, int32_t *n_owned, float **stepv, const char *func) {
+    const int32_t np = dlt_optimizer_num_params(opt);
+    int32_t *steps = malloc((size_t)(np ? np : 1) * sizeof *steps);
+    *stepv = calloc((size_t)(np ? np : 1), sizeof **stepv);
+    if (!steps || !*stepv) {
+        free(steps);
+        return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate %d step counts", np);
+    }
+    dlt_status st = dlt__optimizer_get_param_steps(opt, steps);
+    if (st != DLT_OK) st = dlt__err_wrap(st, func);
+    for (int32_t i = 0; i < m->n_flat && st == DLT_OK; i++) {
+        if (!m->flat[i].is_param || first_name_of(m, i) != i) continue;
+        int32_t k = dlt__optimizer_param_index(opt, m->flat[i].tensor);
+        if (k < 0 || steps[k] <= 0) continue;
+        (*stepv)[k] = (float)steps[k]; /* PyTorch keeps state["step"] as a float32 tensor */
+        for (int key = 0; key < 3 && st == DLT_OK; key++) {
+            size_t len = strlen(OPT_PREFIX) + strlen(ADAM_KEY_NAME(key)) + 1 + strlen(m->flat[i].name) + 1;
+            char *name = malloc(len);
+            if (!name) {
+                st = dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate a name");
+                break;
+            }
+            snprintf(name, len, OPT_PREFIX "%s.%s", ADAM_KEY_NAME(key), m->flat[i].name);
+            owned[(*n_owned)++] = name;
+            dlt__st_out *o = &e[(*n)++];
+            o->name = name;
+            if (key == 0) o->tensor = dlt_optimizer_exp_avg(opt, k);
+            else if (key == 1) o->tensor = dlt_optimizer_exp_avg_sq(opt, k);
+            else {
+                o->host = &(*stepv)[k];
+                o->dtype = DLT_F32;
+                o->ndim = 0;
+            }
+        }
+    }
+    free(steps);
+    return st;
 }
 
 dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optimizer *opt,
@@ -250,7 +330,7 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
     DLT_CHECK(dlt__module_flat(m, F));
     if (opt) DLT_CHECK(check_opt_params(m, opt, F));
 
-    scalar_out sc[9];
+    scalar_out sc[9 + DLT_OPTIM_MAX_GROUPS];
     int32_t nsc = 0;
     dlt_status st = DLT_OK;
     if (opt) {
@@ -260,6 +340,8 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
         if (st != DLT_OK) return dlt__err_wrap(st, F);
         put_scalar(sc, &nsc, "optimizer.lr", DLT__ST_F64, lr);
         put_scalar(sc, &nsc, "optimizer.step_count", DLT_I64, (double)steps);
+        st = group_lr_scalars(opt, sc, &nsc, F);
+        if (st != DLT_OK) return st;
     }
     if (scaler && dlt_grad_scaler_is_enabled(scaler)) {
         double scale = 0, gf = 0, bf = 0;
@@ -279,10 +361,11 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
     snprintf(sc[nsc].name, sizeof sc[nsc].name, "train.step");
     sc[nsc++].dtype = DLT_I64;
 
-    /* module entries, momentum buffers, scalars */
-    int32_t cap = m->n_flat * 2 + nsc;
+    /* module entries, momentum buffers or Adam state (3 per parameter), scalars */
+    int32_t cap = m->n_flat * 4 + nsc;
     dlt__st_out *e = calloc((size_t)cap, sizeof *e);
-    char **owned = calloc((size_t)(m->n_flat ? m->n_flat : 1), sizeof *owned);
+    char **owned = calloc((size_t)(m->n_flat ? 3 * m->n_flat : 1), sizeof *owned);
+    float *stepv = NULL;
     int32_t n = 0, n_owned = 0;
     if (!e || !owned) {
         st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate %d entries", cap);
@@ -292,11 +375,15 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
         e[n].name = m->flat[i].name;
         e[n++].tensor = m->flat[i].tensor;
     }
+    if (opt && dlt__optimizer_kind(opt) == DLT__OPT_ADAM) {
+        st = adam_entries(m, opt, e, &n, owned, &n_owned, &stepv, F);
+        if (st != DLT_OK) goto done;
+    }
     for (int32_t i = 0; opt && i < m->n_flat; i++) {
         if (!m->flat[i].is_param) continue;
         int32_t k = dlt__optimizer_param_index(opt, m->flat[i].tensor);
         dlt_tensor *buf = k >= 0 ? dlt_optimizer_momentum_buffer(opt, k) : NULL;
-        if (!buf) continue;
+        if (!buf || first_name_of(m, i) != i) continue; /* tied: once, under the first name */
         int32_t init = 0; /* a buffer may exist before a step has filled it */
         st = dlt__optimizer_buffer_initialised(opt, k, &init);
         if (st != DLT_OK) {
@@ -325,6 +412,7 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
 done:
     for (int32_t i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
+    free(stepv);
     free(e);
     return st;
 }
@@ -365,7 +453,106 @@ static dlt_status read_i64(const dlt__st_file *f, const char *name, const char *
 typedef struct opt_state {
     double lr;
     int64_t steps;
+    double group_lr[DLT_OPTIM_MAX_GROUPS]; /* Adam/AdamW groups >= 1 */
+    int32_t *param_steps;                  /* Adam/AdamW: per parameter, 0 = no state (owned) */
 } opt_state;
+
+/* ---- Adam/AdamW state and parameter groups, load side (optim) ---- */
+/* Index of the Adam key that name starts with ("optimizer.<key>."), -1 if none; *pname
+ * receives the rest. */
+static int adam_key_of(const char *name, const char **pname) {
+    for (int k = 2; k >= 0; k--) { /* "exp_avg_sq." before "exp_avg." */
+        char pre[40];
+        snprintf(pre, sizeof pre, OPT_PREFIX "%s.", ADAM_KEY_NAME(k));
+        if (has_prefix(name, pre)) {
+            *pname = name + strlen(pre);
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Validates the Adam entries and plans the moment copies: every parameter with state has
+ * all three keys, step an integral value >= 1; groups >= 1 have their lr. */
+static dlt_status plan_adam(dlt_module *m, dlt_optimizer *opt, const dlt__st_file *f,
+                            const char *path, load_plan *plan, opt_state *os, const char *func) {
+    const int32_t np = dlt_optimizer_num_params(opt), ng = dlt_optimizer_num_param_groups(opt);
+    for (int32_t g = 1; g < ng; g++) {
+        char name[48];
+        snprintf(name, sizeof name, OPT_PREFIX "param_groups.%d.lr", g);
+        DLT_CHECK(read_scalar(f, name, 0, path, func, &os->group_lr[g]));
+        if (!(os->group_lr[g] >= 0) || os->group_lr[g] > FLT_MAX)
+            return dlt__err(DLT_ERR_FORMAT, func, "'%s' in '%s' is %g, not a valid lr", name, path,
+                            os->group_lr[g]);
+    }
+    os->param_steps = calloc((size_t)(np ? np : 1), sizeof *os->param_steps);
+    uint8_t *have = calloc((size_t)(np ? np : 1), 1); /* bit k: key k seen for parameter i */
+    if (!os->param_steps || !have) {
+        free(have);
+        return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate %d step counts", np);
+    }
+    dlt_status st = DLT_OK;
+    for (int32_t k = 0; k < f->n && st == DLT_OK; k++) {
+        const dlt__st_entry *e = &f->e[k];
+        if (!has_prefix(e->name, OPT_PREFIX) || strcmp(e->name, "optimizer.lr") == 0 ||
+            strcmp(e->name, "optimizer.step_count") == 0)
+            continue;
+        const char *pname = NULL;
+        const int key = adam_key_of(e->name, &pname);
+        if (key < 0) {
+            int gi = 0, len = 0;
+            if (sscanf(e->name, OPT_PREFIX "param_groups.%d.lr%n", &gi, &len) == 1 &&
+                e->name[len] == '\0' && gi >= 1 && gi < ng)
+                continue; /* read above */
+            st = dlt__err(DLT_ERR_FORMAT, func, "'%s' holds optimizer entry '%.200s', which the %s optimizer "
+                          "does not have", path, e->name, dlt_optimizer_kind(opt));
+            break;
+        }
+        const dlt__state_entry *s = NULL;
+        for (int32_t i = 0; i < m->n_flat && !s; i++)
+            if (m->flat[i].is_param && strcmp(m->flat[i].name, pname) == 0) s = &m->flat[i];
+        const int32_t idx = s ? dlt__optimizer_param_index(opt, s->tensor) : -1;
+        if (idx < 0) {
+            st = dlt__err(DLT_ERR_FORMAT, func,
+                          "'%s' holds '%.200s', but '%.200s' is not a parameter the optimizer updates",
+                          path, e->name, pname);
+            break;
+        }
+        if (have[idx] & (1u << key)) {
+            st = dlt__err(DLT_ERR_FORMAT, func, "'%s' holds the %s of parameter '%.200s' twice (a tied "
+                          "weight under two names?)", path, ADAM_KEY_NAME(key), pname);
+            break;
+        }
+        have[idx] |= (uint8_t)(1u << key);
+        if (key < 2) {
+            st = check_entry(e, s->tensor, e->name, path, func);
+            if (st == DLT_OK) st = plan_add(plan, NULL, e, idx, 1, m->ctx, func);
+            if (st == DLT_OK) plan->ops[plan->n - 1].opt_slot = key;
+            continue;
+        }
+        double v = 0;
+        st = read_scalar(f, e->name, 0, path, func, &v);
+        if (st == DLT_OK && !(v >= 1.0 && v <= (double)INT32_MAX && v == floor(v)))
+            st = dlt__err(DLT_ERR_FORMAT, func, "'%.200s' in '%s' is %g, not a step count >= 1", e->name,
+                          path, v);
+        if (st == DLT_OK) os->param_steps[idx] = (int32_t)v;
+    }
+    for (int32_t i = 0; i < np && st == DLT_OK; i++)
+        if (have[i] != 0 && have[i] != 7)
+            st = dlt__err(DLT_ERR_FORMAT, func,
+                          "'%s' holds only part of the Adam state of parameter %d (exp_avg, exp_avg_sq "
+                          "and step go together)", path, i);
+    free(have);
+    return st;
+}
+
+/* After the moments were copied (commit) and the step count set: group lrs and the
+ * per-parameter step counts (parameters absent from the file: 0, no state). */
+static dlt_status commit_adam(dlt_optimizer *opt, const opt_state *os) {
+    for (int32_t g = 1; g < dlt_optimizer_num_param_groups(opt); g++)
+        DLT_CHECK(dlt__optimizer_set_group_lr_state(opt, g, os->group_lr[g]));
+    return dlt__optimizer_set_param_steps(opt, os->param_steps);
+}
 
 static dlt_status plan_optimizer(dlt_module *m, dlt_optimizer *opt, const dlt__st_file *f,
                                  const char *path, load_plan *plan, opt_state *os,
@@ -380,6 +567,7 @@ static dlt_status plan_optimizer(dlt_module *m, dlt_optimizer *opt, const dlt__s
     if (os->steps < 0)
         return dlt__err(DLT_ERR_FORMAT, func, "'optimizer.step_count' in '%s' is negative (%lld)",
                         path, (long long)os->steps);
+    if (dlt__optimizer_kind(opt) == DLT__OPT_ADAM) return plan_adam(m, opt, f, path, plan, os, func);
     double momentum = 0;
     DLT_CHECK(dlt_sgd_get_options(opt, &momentum, NULL, NULL, NULL, NULL));
     for (int32_t k = 0; k < f->n; k++) {
@@ -460,6 +648,7 @@ dlt_status dlt_checkpoint_load(const char *path, dlt_module *m, dlt_optimizer *o
     if (st == DLT_OK) st = commit(m, opt, &plan, F);
     if (st == DLT_OK && opt) {
         st = dlt__optimizer_set_state(opt, os.lr, os.steps);
+        if (st == DLT_OK && dlt__optimizer_kind(opt) == DLT__OPT_ADAM) st = commit_adam(opt, &os);
         if (st != DLT_OK) st = dlt__err_wrap(st, F);
     }
     if (st == DLT_OK && use_scaler) {
@@ -470,6 +659,7 @@ dlt_status dlt_checkpoint_load(const char *path, dlt_module *m, dlt_optimizer *o
     if (st == DLT_OK && epoch) *epoch = ep;
     if (st == DLT_OK && step) *step = sp;
     plan_free(&plan);
+    free(os.param_steps);
     free(used);
     dlt__safetensors_free(&file);
     return st;

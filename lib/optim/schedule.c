@@ -1,6 +1,8 @@
 /*
  * schedule.c - learning-rate schedules: StepLR, MultiStepLR, CosineAnnealingLR (closed
- * form) and a LinearLR warm-up that multiplies the main schedule.
+ * form), nanoGPT's warm-up + cosine, ConstantLR, and a LinearLR warm-up that multiplies
+ * the main schedule. With parameter groups every group follows the schedule from its own
+ * base (eta_min and min_lr are shared), as PyTorch's schedulers do.
  *
  * The formula (dlt__lr_schedule_eval, optim_internal.h) is evaluated on the device: by the
  * SGD kernel's epilogue after every applied step (a step the GradScaler skipped leaves the
@@ -103,6 +105,43 @@ dlt_status dlt_lr_schedule_warmup(dlt_optimizer *opt, int64_t steps, double star
     s.warmup = 1;
     s.warmup_steps = steps;
     s.start_factor = start_factor;
+    return install(opt, &s, F);
+}
+
+dlt_status dlt_lr_schedule_warmup_cosine(dlt_optimizer *opt, int64_t warmup_iters,
+                                         int64_t lr_decay_iters, double min_lr) {
+    static const char *F = "dlt_lr_schedule_warmup_cosine";
+    DLT_NULL_CHECK(opt, F);
+    if (warmup_iters < 0)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "warmup_iters must be >= 0, got %lld",
+                        (long long)warmup_iters);
+    if (lr_decay_iters <= warmup_iters)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "lr_decay_iters (%lld) must be greater than warmup_iters (%lld)",
+                        (long long)lr_decay_iters, (long long)warmup_iters);
+    if (!isfinite(min_lr) || min_lr < 0.0)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "min_lr must be finite and >= 0, got %g", min_lr);
+    dlt_lr_schedule s = opt->schedule;
+    s.main_kind = DLT_LR_MAIN_WARMUP_COSINE;
+    s.wc_warmup = warmup_iters;
+    s.wc_decay = lr_decay_iters;
+    s.wc_min_lr = min_lr;
+    return install(opt, &s, F);
+}
+
+dlt_status dlt_lr_schedule_constant(dlt_optimizer *opt, double factor, int64_t total_iters) {
+    static const char *F = "dlt_lr_schedule_constant";
+    DLT_NULL_CHECK(opt, F);
+    if (!(factor > 0.0 && factor <= 1.0))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "Constant multiplicative factor expected to be between 0 and 1, got %g", factor);
+    if (total_iters < 0)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "total_iters must be >= 0, got %lld",
+                        (long long)total_iters);
+    dlt_lr_schedule s = opt->schedule;
+    s.main_kind = DLT_LR_MAIN_CONSTANT;
+    s.const_factor = factor;
+    s.const_iters = total_iters;
     return install(opt, &s, F);
 }
 
