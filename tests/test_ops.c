@@ -1105,7 +1105,7 @@ static void test_elementwise_errors(void) {
     CHECK_STATUS(dlt_add(a, NULL, &y), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_add(a, b, &y), DLT_ERR_SHAPE);
     CHECK_STATUS(dlt_add(a, s2t, &y), DLT_ERR_SHAPE); /* [2,3] with [2]: no broadcast */
-    CHECK_STATUS(dlt_add(i, i, &y), DLT_ERR_DTYPE);
+    CHECK_STATUS(dlt_add(i, b, &y), DLT_ERR_SHAPE); /* integers add (exact), shapes still must broadcast */
     CHECK_STATUS(dlt_mul_scalar(NULL, NULL, 1.0, &y), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_mul_scalar(i, NULL, 1.0, &y), DLT_ERR_DTYPE);
     CHECK_STATUS(dlt_mul_scalar(a, s2t, 1.0, &y), DLT_ERR_SHAPE);
