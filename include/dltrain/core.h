@@ -112,7 +112,7 @@ DLT_API void dlt_clear_error(void);
  *  message on. Misuse is refused and recorded as such: message NULL gives
  *  DLT_ERR_NULL_POINTER, code DLT_OK gives DLT_ERR_INVALID_ARGUMENT. Thread-safe
  *  (thread-local). */
-DLT_API dlt_status dlt_set_error(dlt_status code, const char *message);
+DLT_API DLT_NODISCARD dlt_status dlt_set_error(dlt_status code, const char *message);
 
 /** Log levels for the optional log callback. */
 #define DLT_LOG_ERROR 0

@@ -10,8 +10,9 @@
  *
  * Ownership: create functions give a module owned by the caller (dlt_module_destroy). A
  * module passed to dlt_sequential_append is owned by the container from then on (also when
- * the call fails: then it is destroyed). Tensors returned by getters are borrowed from the
- * module and live as long as it does.
+ * the call fails: then it is destroyed); one passed to dlt_module_register_module is owned
+ * by the custom module when the call succeeds and stays the caller's when it fails. Tensors
+ * and modules returned by getters are borrowed from the module and live as long as it does.
  *
  * Initialisation follows torchvision: conv weights kaiming-normal (fan_out, ReLU gain:
  * N(0, 2/(out_channels*kh*kw))), conv biases 0, BatchNorm weight 1 / bias 0 / running_mean
