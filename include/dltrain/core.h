@@ -105,6 +105,14 @@ DLT_API dlt_status dlt_last_error_code(void);
 DLT_API size_t dlt_last_error_copy(char *buf, size_t n);
 /** Forgets the last error of this thread. */
 DLT_API void dlt_clear_error(void);
+/* nn (custom modules): callbacks that fail on their own give their reason this way. */
+/** Records message (copied, truncated to 1023 bytes) as this thread's last error with
+ *  code, and returns code, so a callback (a custom module's forward, a graph step) can
+ *  `return dlt_set_error(DLT_ERR_SHAPE, "mlp: x must be 2-D");` and the library passes the
+ *  message on. Misuse is refused and recorded as such: message NULL gives
+ *  DLT_ERR_NULL_POINTER, code DLT_OK gives DLT_ERR_INVALID_ARGUMENT. Thread-safe
+ *  (thread-local). */
+DLT_API DLT_NODISCARD dlt_status dlt_set_error(dlt_status code, const char *message);
 
 /** Log levels for the optional log callback. */
 #define DLT_LOG_ERROR 0

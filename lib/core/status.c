@@ -97,6 +97,16 @@ void dlt_clear_error(void) {
     tl_code = DLT_OK;
 }
 
+/* nn: the message of a user callback's own failure (custom module forwards). */
+dlt_status dlt_set_error(dlt_status code, const char *message) {
+    DLT_NULL_CHECK(message, "dlt_set_error");
+    if (code == DLT_OK)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, "dlt_set_error", "code 0 (DLT_OK) is not a failure");
+    snprintf(tl_msg, sizeof tl_msg, "%s", message);
+    tl_code = code;
+    return code;
+}
+
 void dlt_set_log_callback(dlt_log_fn fn, void *user) {
     g_log_user = user;
     g_log_fn = fn;

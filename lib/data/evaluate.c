@@ -11,7 +11,6 @@
  * batch, with the loader's settings (shuffle, drop_last, augmentation: an evaluation loader
  * normally has neither). The loader is left at the end of that epoch.
  */
-#include "../nn/nn_internal.h"
 #include "data_internal.h"
 
 dlt_status dlt_evaluate_accuracy(dlt_module *model, dlt_loader *ld, double *accuracy) {
@@ -21,10 +20,11 @@ dlt_status dlt_evaluate_accuracy(dlt_module *model, dlt_loader *ld, double *accu
     DLT_NULL_CHECK(accuracy, F);
     dlt_ctx *ctx = ld->ctx;
     /* checked first: the pass below changes the loader's position and the model's mode */
-    if (model->ctx != ctx)
+    dlt_ctx *model_ctx = dlt_module_ctx(model);
+    if (model_ctx != ctx)
         return dlt__err(DLT_ERR_CONTEXT_MISMATCH, F,
                         "the model and the loader belong to different contexts (%s and %s)",
-                        model->ctx->be->name, ctx->be->name);
+                        model_ctx->be->name, ctx->be->name);
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     if (ctx->capturing)
         return dlt__err(DLT_ERR_INVALID_STATE, F, "reads the device: not allowed during capture");

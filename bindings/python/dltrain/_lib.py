@@ -44,6 +44,10 @@ P = ctypes.POINTER
 #: C callback types. Instances must be kept alive as long as the library may call them.
 LOG_FN = ctypes.CFUNCTYPE(None, I32, STR, PTR)  # dlt_log_fn
 STEP_FN = ctypes.CFUNCTYPE(STATUS, PTR)  # dlt_step_fn
+# nn: a custom module's forward (m, user, inputs, n_inputs, outputs, n_outputs) and the
+# destroy callback of its user pointer.
+MODULE_FORWARD_FN = ctypes.CFUNCTYPE(STATUS, PTR, PTR, P(PTR), I32, P(PTR), I32)  # dlt_module_forward_fn
+USER_DESTROY_FN = ctypes.CFUNCTYPE(None, PTR)  # dlt_user_destroy_fn
 
 # name: (restype, [argtypes]). Grouped by header, in header order.
 _SIGNATURES = {
@@ -57,6 +61,7 @@ _SIGNATURES = {
     "dlt_last_error_code": (STATUS, []),
     "dlt_last_error_copy": (SIZE, [STR, SIZE]),
     "dlt_clear_error": (None, []),
+    "dlt_set_error": (STATUS, [STATUS, STR]),
     "dlt_set_log_callback": (None, [LOG_FN, PTR]),
     "dlt_cuda_device_count": (STATUS, [P(I32)]),
     "dlt_ctx_create": (STATUS, [I32, I32, U32, P(PTR)]),
@@ -202,6 +207,24 @@ _SIGNATURES = {
     "dlt_bottleneck_create": (STATUS, [PTR, I64, I64, I64, P(PTR)]),
     "dlt_resnet_create": (STATUS, [PTR, I32, I64, P(PTR)]),
     "dlt_resnet50_create": (STATUS, [PTR, I64, P(PTR)]),
+    # nn: option structs (passed as pointers), custom modules, tree queries, summary
+    "dlt_conv2d_options_default": (None, [PTR]),
+    "dlt_conv2d_create_ex": (STATUS, [PTR, I64, I64, I64, I64, PTR, P(PTR)]),
+    "dlt_batchnorm2d_options_default": (None, [PTR]),
+    "dlt_batchnorm2d_create_ex": (STATUS, [PTR, I64, PTR, P(PTR)]),
+    "dlt_linear_options_default": (None, [PTR]),
+    "dlt_linear_create_ex": (STATUS, [PTR, I64, I64, PTR, P(PTR)]),
+    "dlt_custom_module_create": (STATUS, [PTR, STR, MODULE_FORWARD_FN, PTR, USER_DESTROY_FN, P(PTR)]),
+    "dlt_module_user_data": (PTR, [PTR]),
+    "dlt_module_register_parameter": (STATUS, [PTR, STR, PTR]),
+    "dlt_module_register_buffer": (STATUS, [PTR, STR, PTR]),
+    "dlt_module_register_module": (STATUS, [PTR, STR, PTR]),
+    "dlt_module_ctx": (PTR, [PTR]),
+    "dlt_module_num_children": (I32, [PTR]),
+    "dlt_module_child": (STATUS, [PTR, I32, P(STR), P(PTR)]),
+    "dlt_module_get_submodule": (STATUS, [PTR, STR, P(PTR)]),
+    "dlt_module_forward_ex": (STATUS, [PTR, P(PTR), I32, P(PTR), I32]),
+    "dlt_module_summary": (STATUS, [PTR, STR, SIZE, P(SIZE)]),
     # ---- optim.h
     "dlt_sgd_create": (STATUS, [P(PTR), I32, F64, F64, F64, F64, I32, I32, P(PTR)]),
     "dlt_optimizer_destroy": (None, [PTR]),

@@ -74,6 +74,13 @@ def _expected_ctype(t, is_return=False):
         return _lib.LOG_FN
     if t == "dlt_step_fn":
         return _lib.STEP_FN
+    # nn: custom module callbacks; option structs go as untyped pointers
+    if t == "dlt_module_forward_fn":
+        return _lib.MODULE_FORWARD_FN
+    if t == "dlt_user_destroy_fn":
+        return _lib.USER_DESTROY_FN
+    if re.fullmatch(r"(const )?dlt_\w+_options\*", t):
+        return ctypes.c_void_p
     bare = t.replace("const ", "").replace("const", "")
     if bare in _SCALARS:
         return _SCALARS[bare]
