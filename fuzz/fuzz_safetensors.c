@@ -20,7 +20,7 @@
  *    never DLT_OK when the module part was refused; a refusal changes nothing (net, lr,
  *    step count, momentum buffers, scaler state, *epoch, *step); success gives the file's
  *    train.epoch, train.step and optimizer.step_count, and an lr and a scale that are
- *    finite (and the scale positive) as the optimizer and scaler hold them (in fp32);
+ *    finite (and not negative) as the optimizer and scaler hold them (in fp32);
  *  - dlt_checkpoint_load(m, momentum-0 optimizer, disabled scaler, &epoch, NULL): the same
  *    rules (a file with momentum buffers is refused, scaler entries are ignored);
  *  - dlt_safetensors_load_tensor for a few fixed names and up to three names found in the
@@ -384,12 +384,13 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
             return dltfz_fail(err, n, "step count %lld after dlt_checkpoint_load; the file holds %lld",
                               (long long)steps, (long long)fsteps);
         /* what was loaded is usable: an lr and a scale a step can use (both are fp32 on the
-         * device, so a finite double can still turn into inf or 0 there) */
+         * device, so a finite double can still turn into inf there); a scale of 0 is a
+         * state the scaler reaches itself after enough skipped steps, so it loads */
         double lr = -1, scale = -1;
         if (dlt_optimizer_get_lr(st_g.opt, &lr) != DLT_OK ||
             dlt_grad_scaler_get_state(st_g.sc, &scale, NULL, NULL, NULL, NULL) != DLT_OK)
             return dltfz_fail(err, n, "reading lr/scale after dlt_checkpoint_load: %s", dlt_last_error());
-        if (!(lr >= 0 && lr <= 3.4028234663852886e38) || !(scale > 0 && scale <= 3.4028234663852886e38))
+        if (!(lr >= 0 && lr <= 3.4028234663852886e38) || !(scale >= 0 && scale <= 3.4028234663852886e38))
             return dltfz_fail(err, n, "dlt_checkpoint_load accepted lr %g, scale %g", lr, scale);
         if (st_verify_module(st_g.m, in, "dlt_checkpoint_load", err, n)) return 1;
     }

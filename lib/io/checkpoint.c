@@ -218,12 +218,17 @@ static void put_scalar(scalar_out *s, int32_t *n, const char *name, int32_t dtyp
     scalar_out *o = &s[(*n)++];
     snprintf(o->name, sizeof o->name, "%s", name);
     o->dtype = dtype;
-    switch (dtype) {
-    case DLT__ST_F64: o->v.f64 = v; break;
-    case DLT_F32: o->v.f32 = (float)v; break;
-    case DLT_I64: o->v.i64 = (int64_t)v; break;
-    default: o->v.i32 = (int32_t)v; break;
-    }
+    if (dtype == DLT__ST_F64) o->v.f64 = v;
+    else o->v.f32 = (float)v;
+}
+/* Integers never pass through a double: a count above 2^53 would lose digits, and
+ * INT64_MAX would become 2^63, which no int64 holds. */
+static void put_int(scalar_out *s, int32_t *n, const char *name, int32_t dtype, int64_t v) {
+    scalar_out *o = &s[(*n)++];
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->dtype = dtype;
+    if (dtype == DLT_I64) o->v.i64 = v;
+    else o->v.i32 = (int32_t)v;
 }
 
 /* Every optimizer parameter must be a parameter of m (matched by identity). */
@@ -245,6 +250,10 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
     DLT_NULL_CHECK(path, F);
     DLT_NULL_CHECK(cm, F);
     dlt_module *m = (dlt_module *)cm;
+    /* what dlt_checkpoint_load refuses is never written */
+    if (epoch < 0 || step < 0)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "epoch (%lld) and step (%lld) must not be "
+                        "negative", (long long)epoch, (long long)step);
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
     DLT_CHECK(dlt__module_sync_buffers(m, F));
     DLT_CHECK(dlt__module_flat(m, F));
@@ -259,7 +268,7 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
         st = dlt__optimizer_get_state(opt, &lr, &steps);
         if (st != DLT_OK) return dlt__err_wrap(st, F);
         put_scalar(sc, &nsc, "optimizer.lr", DLT__ST_F64, lr);
-        put_scalar(sc, &nsc, "optimizer.step_count", DLT_I64, (double)steps);
+        put_int(sc, &nsc, "optimizer.step_count", DLT_I64, steps);
     }
     if (scaler && dlt_grad_scaler_is_enabled(scaler)) {
         double scale = 0, gf = 0, bf = 0;
@@ -269,15 +278,11 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
         put_scalar(sc, &nsc, "scaler.scale", DLT_F32, scale);
         put_scalar(sc, &nsc, "scaler.growth_factor", DLT__ST_F64, gf);
         put_scalar(sc, &nsc, "scaler.backoff_factor", DLT__ST_F64, bf);
-        put_scalar(sc, &nsc, "scaler.growth_interval", DLT_I32, gi);
-        put_scalar(sc, &nsc, "scaler._growth_tracker", DLT_I32, gt);
+        put_int(sc, &nsc, "scaler.growth_interval", DLT_I32, gi);
+        put_int(sc, &nsc, "scaler._growth_tracker", DLT_I32, gt);
     }
-    sc[nsc].v.i64 = epoch;
-    snprintf(sc[nsc].name, sizeof sc[nsc].name, "train.epoch");
-    sc[nsc++].dtype = DLT_I64;
-    sc[nsc].v.i64 = step;
-    snprintf(sc[nsc].name, sizeof sc[nsc].name, "train.step");
-    sc[nsc++].dtype = DLT_I64;
+    put_int(sc, &nsc, "train.epoch", DLT_I64, epoch);
+    put_int(sc, &nsc, "train.step", DLT_I64, step);
 
     /* module entries, momentum buffers, scalars */
     int32_t cap = m->n_flat * 2 + nsc;
@@ -362,6 +367,17 @@ static dlt_status read_i64(const dlt__st_file *f, const char *name, const char *
     return DLT_OK;
 }
 
+/* train.epoch / train.step: counts, never negative (a negative step made a resumed run
+ * take more steps than asked for, a negative epoch failed later without naming the file) */
+static dlt_status read_position(const dlt__st_file *f, const char *name, const char *path,
+                                const char *func, int64_t *out) {
+    DLT_CHECK(read_i64(f, name, path, func, out));
+    if (*out < 0)
+        return dlt__err(DLT_ERR_FORMAT, func, "'%s' in '%s' is negative (%lld)", name, path,
+                        (long long)*out);
+    return DLT_OK;
+}
+
 typedef struct opt_state {
     double lr;
     int64_t steps;
@@ -422,8 +438,9 @@ static dlt_status plan_scaler(const dlt__st_file *f, const char *path, scaler_st
     DLT_CHECK(read_i64(f, "scaler.growth_interval", path, func, &s->gi));
     DLT_CHECK(read_i64(f, "scaler._growth_tracker", path, func, &s->gt));
     /* the rules of dlt_grad_scaler_set_state, checked here so that nothing changes on
-     * failure; the scale lives in fp32, where an F64 scale must stay finite and non-zero */
-    if (!(s->scale > 0) || s->scale > FLT_MAX || !((float)s->scale > 0.0f) || !(s->gf > 1) ||
+     * failure: the scale lives in fp32, where it must be finite; 0 is a state the scaler
+     * reaches itself (and PyTorch's), so it loads */
+    if (!(s->scale >= 0) || signbit(s->scale) || s->scale > FLT_MAX || !(s->gf > 1) ||
         !isfinite(s->gf) ||
         !(s->bf > 0 && s->bf < 1) || s->gi < 1 || s->gi > INT32_MAX || s->gt < 0 ||
         s->gt > INT32_MAX)
@@ -454,8 +471,8 @@ dlt_status dlt_checkpoint_load(const char *path, dlt_module *m, dlt_optimizer *o
     if (st == DLT_OK) st = plan_module(m, &file, path, used, &plan, F);
     if (st == DLT_OK && opt) st = plan_optimizer(m, opt, &file, path, &plan, &os, F);
     if (st == DLT_OK && use_scaler) st = plan_scaler(&file, path, &ss, F);
-    if (st == DLT_OK && epoch) st = read_i64(&file, "train.epoch", path, F, &ep);
-    if (st == DLT_OK && step) st = read_i64(&file, "train.step", path, F, &sp);
+    if (st == DLT_OK && epoch) st = read_position(&file, "train.epoch", path, F, &ep);
+    if (st == DLT_OK && step) st = read_position(&file, "train.step", path, F, &sp);
     /* then change things */
     if (st == DLT_OK) st = commit(m, opt, &plan, F);
     if (st == DLT_OK && opt) {

@@ -24,6 +24,7 @@
  * Device block (dlt_optim_dev + flags): lr, schedule base, applied-step count,
  * last_applied. Invariant kept by every writer: with no schedule active, base == lr.
  */
+#include <float.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,14 @@
 
 static atomic_uint_fast64_t next_uid = 1;
 
+/* PyTorch's check (lr >= 0), plus the range of the fp32 the lr lives in on the device: an
+ * lr above FLT_MAX would become inf there (and a checkpoint holding it could not load). */
 static dlt_status check_lr(double lr, const char *func) {
     if (!(lr >= 0.0)) return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "Invalid learning rate: %g", lr);
+    if (!(lr <= (double)FLT_MAX))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, func,
+                        "Invalid learning rate: %g (the optimizer keeps it in fp32: at most %g)",
+                        lr, (double)FLT_MAX);
     return DLT_OK;
 }
 
