@@ -315,7 +315,7 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
     /* dlt_module_load, both nets */
     dlt_clear_error();
     dlt_status s_mod = dlt_module_load(st_g.m, in);
-    if (!dltfz_status_in(s_mod, 2, DLT_OK, DLT_ERR_FORMAT))
+    if (!dltfz_status_in(s_mod, 4, DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE, DLT_ERR_DTYPE))
         return dltfz_fail(err, n, "dlt_module_load returned %d: %.300s", s_mod, dlt_last_error());
     if (s_mod != DLT_OK) {
         if (dltfz_check_message(s_mod, "dlt_module_load", err, n)) return 1;
@@ -357,7 +357,7 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
     int64_t ep = -777, sp = -778;
     dlt_clear_error();
     s = dlt_checkpoint_load(in, st_g.m, st_g.opt, st_g.sc, &ep, &sp);
-    if (!dltfz_status_in(s, 2, DLT_OK, DLT_ERR_FORMAT))
+    if (!dltfz_status_in(s, 4, DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE, DLT_ERR_DTYPE))
         return dltfz_fail(err, n, "dlt_checkpoint_load returned %d (%s): %.300s", s,
                           s != DLT_OK && st_hash_training() != hb ? "and changed the objects"
                                                                   : "nothing changed",
@@ -401,7 +401,7 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
     int64_t ep0 = -777;
     dlt_clear_error();
     dlt_status s0 = dlt_checkpoint_load(in, st_g.m, st_g.opt0, st_g.sc_off, &ep0, NULL);
-    if (!dltfz_status_in(s0, 2, DLT_OK, DLT_ERR_FORMAT))
+    if (!dltfz_status_in(s0, 4, DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE, DLT_ERR_DTYPE))
         return dltfz_fail(err, n, "dlt_checkpoint_load(momentum 0, scaler off) returned %d: %.300s",
                           s0, dlt_last_error());
     if (s0 == DLT_OK && s_mod != DLT_OK)

@@ -366,6 +366,206 @@ static void test_item06_position_validated(void) {
     unlink(path);
 }
 
+/* ---- 7: the save's temporary file ---- */
+static void test_item07_temp_file_not_followed(void) {
+    char path[512], victim[512], planted[600];
+    path_in(path, sizeof path, "ckpt.safetensors");
+    path_in(victim, sizeof victim, "victim.txt");
+    FILE *f = fopen(victim, "w");
+    REQUIRE(f != NULL);
+    fputs("precious", f);
+    fclose(f);
+    /* the name the save used before the fix: "<path>.tmp-<pid>", planted as a symlink to
+     * the victim (the attack of the issue: the save wrote through it and left path a
+     * symlink to the victim) */
+    snprintf(planted, sizeof planted, "%s.tmp-%ld", path, (long)getpid());
+    REQUIRE(symlink(victim, planted) == 0, "symlink: %s", strerror(errno));
+    dlt_module *m = small_linear();
+    CHECK_OK(dlt_module_save(m, path));
+    size_t n = 0;
+    unsigned char *v = th_read_file(victim, &n);
+    CHECK(v && n == 8 && memcmp(v, "precious", 8) == 0, "the victim was overwritten (%zu bytes)", n);
+    free(v);
+    struct stat sb;
+    CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s is not a regular file after the save", path);
+    CHECK(lstat(planted, &sb) == 0 && S_ISLNK(sb.st_mode), "the planted link was touched");
+    /* the file is the checkpoint, and no temporary file is left beside it */
+    dlt_module *m2 = small_linear();
+    CHECK_OK(dlt_module_load(m2, path));
+    CHECK(th_count_files(g_dir, "ckpt.safetensors.tmp-") == 1, "%d temporary names left",
+          th_count_files(g_dir, "ckpt.safetensors.tmp-"));
+    /* a save over a path that is a symlink replaces the link, never writes its target */
+    unlink(path);
+    REQUIRE(symlink(victim, path) == 0);
+    CHECK_OK(dlt_module_save(m, path));
+    v = th_read_file(victim, &n);
+    CHECK(v && n == 8 && memcmp(v, "precious", 8) == 0, "the link's target was written");
+    free(v);
+    CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "the link at %s was not replaced", path);
+    dlt_module_destroy(m2);
+    dlt_module_destroy(m);
+    unlink(planted);
+    unlink(path);
+    unlink(victim);
+}
+
+/* Writes a safetensors file: the 8-byte length, header, then ndata data bytes (zeros) or,
+ * with sparse_size, a file of that size (a hole after the header). */
+static void write_raw(const char *path, const char *header, size_t ndata, uint64_t sparse_size) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) exit(1);
+    uint64_t hl = strlen(header);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
+    unsigned char *zeros = calloc(ndata + 1, 1);
+    int ok = write(fd, len8, 8) == 8 && write(fd, header, hl) == (ssize_t)hl &&
+             write(fd, zeros, ndata) == (ssize_t)ndata;
+    if (sparse_size) ok = ok && ftruncate(fd, (off_t)sparse_size) == 0;
+    free(zeros);
+    close(fd);
+    if (!ok) exit(1);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- 8: the header is checked before the data is read ---- */
+static void test_item08_header_before_data(void) {
+    char path[512];
+    path_in(path, sizeof path, "huge.safetensors");
+    /* a 2 GiB file (a hole: nothing on disk) with an empty header. Before the fix the
+     * loaders read it whole first (the issue's 8 GiB took 52 s and 8.2 GiB); now the header
+     * says no tensor covers the 2 GiB of data and the file is refused at once. */
+    const uint64_t size = (uint64_t)2 << 30;
+    write_raw(path, "{}      ", 0, size);
+    dlt_module *m = small_linear();
+    dlt_optimizer *opt = sgd_over(m, 0.1, 0.0);
+    dlt_tensor *t = NULL;
+    double t0 = now_s();
+    CHECK_STATUS(dlt_module_load(m, path), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), "the data section has") != NULL, "%s", dlt_last_error());
+    CHECK_STATUS(dlt_checkpoint_load(path, m, opt, NULL, NULL, NULL), DLT_ERR_FORMAT);
+    CHECK_STATUS(dlt_safetensors_load_tensor(g_ctx, path, "weight", &t), DLT_ERR_FORMAT);
+    double dt = now_s() - t0;
+    CHECK(dt < 1.0, "three refusals of a 2 GiB file took %.2f s", dt);
+    /* offsets beyond the end of the file: refused from the header alone */
+    write_raw(path, "{\"weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", 8, 0);
+    CHECK_STATUS(dlt_module_load(m, path), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), "out of range") != NULL, "%s", dlt_last_error());
+    /* a header length past the file, and one past the 100 MB limit */
+    write_raw(path, "{}", 0, 0);
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f != NULL);
+    const unsigned char big[8] = {0x00, 0xe1, 0xf5, 0x05, 0x01, 0, 0, 0}; /* 4395630848 */
+    fwrite(big, 1, 8, f);
+    fclose(f);
+    CHECK_STATUS(dlt_module_load(m, path), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), "bad header length") != NULL, "%s", dlt_last_error());
+    dlt_optimizer_destroy(opt);
+    dlt_module_destroy(m);
+    unlink(path);
+}
+
+/* ---- 9: names every reader reads the same way ---- */
+static void test_item09_control_characters_in_names(void) {
+    char path[512];
+    path_in(path, sizeof path, "names.safetensors");
+    dlt_module *m = small_linear();
+    float before[6], after[6];
+    dlt_tensor *w = NULL;
+    CHECK_OK(dlt_module_find(m, "weight", &w));
+    CHECK_OK(dlt_tensor_copy_to_host(w, before, sizeof before));
+    static const struct {
+        const char *what, *weight_key, *weight_fields;
+    } cases[] = {
+        /* cJSON decodes \u0000 to a NUL: the name read "weight" here and "weight\0evil" in
+         * Python. Before the fix this loaded into "weight". */
+        {"a NUL escape in a key", "weight\\u0000evil", "\"dtype\":\"F32\""},
+        {"a raw NUL byte in a key", "weight\0evil", "\"dtype\":\"F32\""},
+        {"a control escape in a key", "weight\\u0007", "\"dtype\":\"F32\""},
+        {"a raw control byte in a key", "weight\x01", "\"dtype\":\"F32\""},
+        {"a C1 control in a key", "weight\\u0085", "\"dtype\":\"F32\""},
+        /* cJSON takes the first of two equal fields, Python and serde the last (F16 needs 12
+         * bytes, not 24): before the fix this loaded as F32 */
+        {"a field twice", "weight", "\"dtype\":\"F32\",\"dtype\":\"F16\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char header[512];
+        int hl = snprintf(header, sizeof header,
+                          "{\"%s\":{%s,\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                          "\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]}}",
+                          cases[i].weight_key, cases[i].weight_fields);
+        if (strstr(cases[i].what, "raw NUL")) { /* snprintf stopped at the NUL: build by hand */
+            const char *tail = "evil\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                               "\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]}}";
+            hl = snprintf(header, sizeof header, "{\"weight");
+            header[hl++] = '\0';
+            memcpy(header + hl, tail, strlen(tail) + 1);
+            hl += (int)strlen(tail);
+        }
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        REQUIRE(fd >= 0);
+        unsigned char len8[8] = {(unsigned char)hl, 0, 0, 0, 0, 0, 0, 0};
+        float data[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+        REQUIRE(write(fd, len8, 8) == 8 && write(fd, header, (size_t)hl) == hl &&
+                write(fd, data, sizeof data) == (ssize_t)sizeof data);
+        close(fd);
+        CHECK_STATUS(dlt_module_load(m, path), DLT_ERR_FORMAT);
+        CHECK(strstr(dlt_last_error(), "NUL") || strstr(dlt_last_error(), "control") ||
+                  strstr(dlt_last_error(), "twice"),
+              "%s: %s", cases[i].what, dlt_last_error());
+        CHECK_OK(dlt_tensor_copy_to_host(w, after, sizeof after));
+        CHECK(memcmp(before, after, sizeof before) == 0, "%s: the model changed", cases[i].what);
+    }
+    /* NUL in a metadata value, a metadata key twice */
+    write_raw(path, "{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", 0, 0);
+    CHECK_STATUS(dlt_module_load(m, path), DLT_ERR_FORMAT);
+    write_raw(path, "{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", 0, 0);
+    CHECK_STATUS(dlt_module_load(m, path), DLT_ERR_FORMAT);
+    CHECK(strstr(dlt_last_error(), "twice") != NULL, "%s", dlt_last_error());
+    /* and such names are never written */
+    const char *bad[3] = {"weight\x01", "a\x7f", "b\xc2\x85"};
+    for (int i = 0; i < 3; i++) {
+        const char *nm = bad[i];
+        CHECK_STATUS(dlt_safetensors_save(path, &nm, &w, 1), DLT_ERR_INVALID_ARGUMENT);
+    }
+    dlt_module_destroy(m);
+    unlink(path);
+}
+
+/* ---- 11: a dangling symlink under a CIFAR-10 batch name ---- */
+static void test_item11_dangling_batch_link(void) {
+    char dir[512], p1[600], p2[600];
+    path_in(dir, sizeof dir, "cifar");
+    REQUIRE(mkdir(dir, 0755) == 0);
+    snprintf(p1, sizeof p1, "%s/data_batch_1.bin", dir);
+    snprintf(p2, sizeof p2, "%s/data_batch_2.bin", dir);
+    unsigned char rec[2 * 3073];
+    memset(rec, 7, sizeof rec);
+    rec[0] = 1;
+    rec[3073] = 2;
+    FILE *f = fopen(p1, "wb");
+    REQUIRE(f && fwrite(rec, 1, sizeof rec, f) == sizeof rec);
+    fclose(f);
+    REQUIRE(symlink("/nonexistent/batch", p2) == 0);
+    dlt_dataset *ds = NULL;
+    /* before the fix: DLT_OK with the records of data_batch_1.bin only */
+    CHECK_STATUS(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TRAIN, &ds), DLT_ERR_IO);
+    CHECK(strstr(dlt_last_error(), "data_batch_2.bin") != NULL && strstr(dlt_last_error(), "symlink"),
+          "%s", dlt_last_error());
+    CHECK(ds == NULL, "a refused open made a dataset");
+    /* a name that is really absent is still skipped */
+    unlink(p2);
+    CHECK_OK(dlt_cifar10_open(g_ctx, dir, DLT_SPLIT_TRAIN, &ds));
+    CHECK(dlt_dataset_size(ds) == 2, "%lld records", (long long)dlt_dataset_size(ds));
+    dlt_dataset_destroy(ds);
+    unlink(p1);
+    rmdir(dir);
+}
+
 /* ---- 12: integer gradients ---- */
 static void test_item12_backward_grad_dtype(void) {
     const int64_t shape[2] = {2, 2};
@@ -420,6 +620,10 @@ int main(void) {
     RUN(test_item04_fill_range);
     RUN(test_item05_reachable_states_round_trip);
     RUN(test_item06_position_validated);
+    RUN(test_item07_temp_file_not_followed);
+    RUN(test_item08_header_before_data);
+    RUN(test_item09_control_characters_in_names);
+    RUN(test_item11_dangling_batch_link);
     RUN(test_item12_backward_grad_dtype);
     dlt_ctx_destroy(g_ctx);
     rmdir(g_dir);
