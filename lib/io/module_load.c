@@ -226,7 +226,7 @@ dlt_status dlt__plan_module(dlt_module *m, const dlt__st_file *f, int32_t strict
         if (k < 0) {
             if (first == DLT_OK) {
                 first = DLT_ERR_FORMAT;
-                if (fl || ml)
+                if (strcmp(key, s->name) != 0)
                     snprintf(first_msg, sizeof first_msg, "'%s' has no tensor '%s' (the model's "
                              "'%s' needs it)", f->path, key, s->name);
                 else
