@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
             if (skip) {
                 st->last_applied = 0;
             } else {
-                const int64_t step = st->step + 1;
+                const int64_t step = dlt__step_next(st->step);
                 st->step = step;
                 st->last_applied = 1;
                 if (a.has_sched)

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(const __grid_constant__ S
             if (skip) {
                 st->last_applied = 0;
             } else {
-                const int64_t step = st->step + 1;
+                const int64_t step = dlt__step_next(st->step);
                 st->step = step;
                 st->last_applied = 1;
                 if (a.has_sched) st->lr = (float)dlt__lr_schedule_eval(&a.sched, st->base_lr, step);

@@ -21,6 +21,8 @@
 
 #include <dltrain.h>
 
+#include "cli.h"
+
 #define MAXV 8
 
 typedef struct bench_cfg {
@@ -189,87 +191,90 @@ done:
     dlt_ctx_destroy(ctx);
 }
 
-/* "64,256" -> values; returns count */
-static int parse_list(const char *s, int64_t *out) {
+/* ---- options (cli.h) ---- */
+
+typedef struct int_list {
+    int64_t v[MAXV];
+    int n;
+} int_list;
+
+/* "64,256": up to MAXV batch sizes, each 1..65536 */
+static int parse_batches(const char *s, void *dst) {
+    int_list *l = dst;
     int n = 0;
-    while (*s && n < MAXV) {
-        char *end;
+    while (*s) {
+        char *end = NULL;
         long long v = strtoll(s, &end, 10);
-        if (end == s || v < 1) return -1;
-        out[n++] = v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
+        if (end == s || v < 1 || v > 65536 || n == MAXV || (*end && *end != ',')) return -1;
+        l->v[n++] = v;
+        s = *end ? end + 1 : end;
     }
-    return n;
+    if (n == 0) return -1;
+    l->n = n;
+    return 0;
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] "
-                    "[--mode eager,graph] [--steps N] [--blocks N] [--warmup N] [--classes N] "
-                    "[--device cuda|cpu] [--deterministic] [--log] [--json]\n");
+typedef struct choice_list {
+    int32_t v[2];
+    int n;
+    const char *names[2]; /* the two words it takes */
+    int32_t values[2];
+} choice_list;
+
+/* "fp16,bf16": each word once, from the list's two names */
+static int parse_choices(const char *s, void *dst) {
+    choice_list *l = dst;
+    int n = 0;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        int k = -1;
+        for (int i = 0; i < 2; i++)
+            if (strlen(l->names[i]) == len && strncmp(s, l->names[i], len) == 0) k = i;
+        if (k < 0 || n == 2 || (n == 1 && l->v[0] == l->values[k])) return -1;
+        l->v[n++] = l->values[k];
+        s += len;
+        if (*s == ',') s++;
+    }
+    if (n == 0) return -1;
+    l->n = n;
+    return 0;
 }
+
+static const char *const DEVICE_NAMES[] = {"cuda", "cpu", NULL};
+static const int32_t DEVICE_VALUES[] = {DLT_DEVICE_CUDA, DLT_DEVICE_CPU};
 
 int main(int argc, char **argv) {
-    int64_t batches[MAXV] = {256};
-    int nb = 1;
-    int32_t amps[2] = {DLT_F16, DLT_BF16}, formats[2] = {DLT_FORMAT_CHANNELS_LAST, DLT_FORMAT_CONTIGUOUS};
-    int na = 2, nf = 1, modes[2] = {0, 1}, nm = 2;
-    int steps = 20, blocks = 5, warmup = 5, json = 0;
-    int64_t classes = 1000;
+    int_list batches = {{256}, 1};
+    choice_list amps = {{DLT_F16, DLT_BF16}, 2, {"fp16", "bf16"}, {DLT_F16, DLT_BF16}};
+    choice_list formats = {{DLT_FORMAT_CHANNELS_LAST}, 1, {"nhwc", "nchw"},
+                           {DLT_FORMAT_CHANNELS_LAST, DLT_FORMAT_CONTIGUOUS}};
+    choice_list modes = {{0, 1}, 2, {"eager", "graph"}, {0, 1}};
+    int64_t steps = 20, blocks = 5, warmup = 5, classes = 1000;
+    int json = 0, log = 0;
     int32_t device = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--deterministic")) {
-            g_deterministic = 1;
-            continue;
-        }
-        if (!strcmp(a, "--log")) {
-            dlt_set_log_callback(log_to_stderr, NULL);
-            continue;
-        }
-        if (!v) {
-            usage();
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--batch")) {
-            nb = parse_list(v, batches);
-            if (nb < 1) return usage(), 2;
-        } else if (!strcmp(a, "--amp")) {
-            na = 0;
-            if (strstr(v, "fp16")) amps[na++] = DLT_F16;
-            if (strstr(v, "bf16")) amps[na++] = DLT_BF16;
-            if (!na) return usage(), 2;
-        } else if (!strcmp(a, "--format")) {
-            nf = 0;
-            if (strstr(v, "nhwc")) formats[nf++] = DLT_FORMAT_CHANNELS_LAST;
-            if (strstr(v, "nchw")) formats[nf++] = DLT_FORMAT_CONTIGUOUS;
-            if (!nf) return usage(), 2;
-        } else if (!strcmp(a, "--mode")) {
-            nm = 0;
-            if (strstr(v, "eager")) modes[nm++] = 0;
-            if (strstr(v, "graph")) modes[nm++] = 1;
-            if (!nm) return usage(), 2;
-        } else if (!strcmp(a, "--steps")) {
-            steps = atoi(v);
-        } else if (!strcmp(a, "--blocks")) {
-            blocks = atoi(v);
-        } else if (!strcmp(a, "--warmup")) {
-            warmup = atoi(v);
-        } else if (!strcmp(a, "--classes")) {
-            classes = atoll(v);
-        } else if (!strcmp(a, "--device")) {
-            device = !strcmp(v, "cpu") ? DLT_DEVICE_CPU : DLT_DEVICE_CUDA;
-        } else {
-            usage();
-            return 2;
-        }
-    }
-    if (steps < 1 || blocks < 1 || blocks > 64 || warmup < 1 || classes < 1) return usage(), 2;
+    const cli_option opts[] = {
+        {"batch", CLI_CUSTOM, &batches, .parse = parse_batches, .metavar = "N,N",
+         .help = "batch sizes, up to 8, each 1..65536 (256)"},
+        {"amp", CLI_CUSTOM, &amps, .parse = parse_choices, .metavar = "fp16,bf16",
+         .help = "precisions (both)"},
+        {"format", CLI_CUSTOM, &formats, .parse = parse_choices, .metavar = "nhwc,nchw",
+         .help = "memory formats (nhwc)"},
+        {"mode", CLI_CUSTOM, &modes, .parse = parse_choices, .metavar = "eager,graph",
+         .help = "eager steps, one captured graph replayed, or both (both)"},
+        {"steps", CLI_INT, &steps, .lo = 1, .hi = 100000, .metavar = "N", .help = "steps per timed block (20)"},
+        {"blocks", CLI_INT, &blocks, .lo = 1, .hi = 64, .metavar = "N", .help = "timed blocks; the median counts (5)"},
+        {"warmup", CLI_INT, &warmup, .lo = 1, .hi = 100000, .metavar = "N", .help = "steps before timing (5)"},
+        {"classes", CLI_INT, &classes, .lo = 1, .hi = 100000, .metavar = "N", .help = "classifier outputs (1000)"},
+        {"device", CLI_CHOICE, &device, .choices = DEVICE_NAMES, .values = DEVICE_VALUES,
+         .help = "(cuda when present)"},
+        {"deterministic", CLI_FLAG, &g_deterministic, .help = "dlt_ctx_set_deterministic on every context"},
+        {"log", CLI_FLAG, &log, .help = "the library's log messages on stderr"},
+        {"json", CLI_FLAG, &json, .help = "one JSON line per configuration too"},
+    };
+    int rc = cli_parse(argc, argv, "bench", opts, (int)(sizeof opts / sizeof opts[0]));
+    if (rc) return rc == 1 ? 0 : rc;
+    if (log) dlt_set_log_callback(log_to_stderr, NULL);
+    const int nb = batches.n, na = amps.n, nf = formats.n, nm = modes.n;
     int32_t ngpu = 0;
     if (dlt_cuda_device_count(&ngpu) != DLT_OK) ngpu = 0;
     if (device < 0) device = ngpu > 0 ? DLT_DEVICE_CUDA : DLT_DEVICE_CPU;
@@ -281,7 +286,7 @@ int main(int argc, char **argv) {
     }
     printf("# libdltrain %s bench on %s: resnet50 (%lld classes), 32x32, SGD lr 0.01; median of %d blocks "
            "of %d steps after %d warm-up steps%s\n",
-           dlt_version_string(), name, (long long)classes, blocks, steps, warmup,
+           dlt_version_string(), name, (long long)classes, (int)blocks, (int)steps, (int)warmup,
            g_deterministic ? "; deterministic mode" : "");
     printf("| %-5s | %-11s | %-6s | %-5s | %-8s | %-9s | %-12s | %-8s | %-12s | %-6s | %-8s |\n", "batch",
            "precision", "layout", "mode", "ms/step", "images/s", "epoch s (50k)", "peak MiB",
@@ -293,9 +298,9 @@ int main(int argc, char **argv) {
         for (int ia = 0; ia < na; ia++)
             for (int f = 0; f < nf; f++)
                 for (int m = 0; m < nm; m++) {
-                    bench_cfg c = {batches[ib], amps[ia], formats[f], modes[m]};
+                    bench_cfg c = {batches.v[ib], amps.v[ia], formats.v[f], modes.v[m]};
                     result r;
-                    run_cfg(device, &c, classes, steps, blocks, warmup, &r);
+                    run_cfg(device, &c, classes, (int)steps, (int)blocks, (int)warmup, &r);
                     const char *prec = c.amp == DLT_F16 ? "fp16+scaler" : "bf16";
                     const char *lay = c.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw";
                     const char *mode = c.graph ? (r.captured ? "graph" : "eager*") : "eager";

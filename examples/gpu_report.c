@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
+
 #define NA "n/a"
 #define COPY_BYTES ((size_t)512 << 20)
 
@@ -33,15 +35,6 @@ typedef struct report {
     int64_t gemm_size[4];
     dlt_gpu_monitor *mon; /* NULL without benchmarks */
 } report;
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: gpu_report [--json] [--device N] [--no-bench] [--quick]\n"
-            "  --json      print JSON instead of a table\n"
-            "  --device N  only CUDA device N (default: every visible GPU)\n"
-            "  --no-bench  properties only, no copy/GEMM measurements\n"
-            "  --quick     smaller GEMMs (4096^3 for every precision)\n");
-}
 
 /* ---- measuring ---- */
 static void measure(report *r, int quick) {
@@ -311,29 +304,20 @@ static void print_json(const report *r, int n) {
 }
 
 int main(int argc, char **argv) {
-    int json = 0, bench = 1, quick = 0;
-    long only = -1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) json = 1;
-        else if (strcmp(argv[i], "--no-bench") == 0) bench = 0;
-        else if (strcmp(argv[i], "--quick") == 0) quick = 1;
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            only = strtol(argv[++i], &end, 10);
-            if (!end || *end || only < 0 || only > 1000000) {
-                fprintf(stderr, "gpu_report: --device needs a GPU number, got '%s'\n", argv[i]);
-                usage(stderr);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "gpu_report: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    int json = 0, no_bench = 0, quick = 0;
+    int64_t device = -1;
+    const cli_option opts[] = {
+        {"json", CLI_FLAG, &json, .help = "print JSON instead of a table"},
+        {"device", CLI_INT, &device, .lo = 0, .hi = 1023, .metavar = "N",
+         .help = "only CUDA device N (default: every visible GPU)"},
+        {"no-bench", CLI_FLAG, &no_bench, .help = "properties only, no copy/GEMM measurements"},
+        {"quick", CLI_FLAG, &quick, .help = "smaller GEMMs (4096^3 for every precision)"},
+    };
+    const int nopts = (int)(sizeof opts / sizeof opts[0]);
+    int rc = cli_parse(argc, argv, "gpu_report", opts, nopts);
+    if (rc) return rc == 1 ? 0 : rc;
+    const int bench = !no_bench;
+    const long only = (long)device;
     int32_t count = 0;
     if (dlt_cuda_device_count(&count) != DLT_OK) count = 0;
     if (count == 0) {
@@ -348,7 +332,7 @@ int main(int argc, char **argv) {
     if (only >= count) {
         fprintf(stderr, "gpu_report: --device %ld, but %d GPU%s visible\n", only, count,
                 count == 1 ? " is" : "s are");
-        usage(stderr);
+        cli_usage(stderr, "gpu_report", opts, nopts);
         return 2;
     }
     int n = only >= 0 ? 1 : count;

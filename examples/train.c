@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 
 #include <dltrain.h>
 
+#include "cli.h"
 #include "report.h"
 #include "train.h"
 
@@ -42,49 +44,16 @@ typedef struct options {
     int eval, json;
 } options;
 
-static void usage(const char *prog, int accum) {
-    fprintf(stderr,
-            "usage: %s [options]\n"
-            "  --data DIR        CIFAR-10 binary directory (data_batch_N.bin, test_batch.bin);\n"
-            "                    without it, or if it holds none, a synthetic dataset is used\n"
-            "  --epochs N        epochs (10)\n"
-            "  --steps N         stop after N steps in total (0: no limit)\n"
-            "  --batch N         batch size (256)\n"
-            "  --lr X            learning rate (0.01)\n"
-            "  --momentum X      SGD momentum (0)\n"
-            "  --classes N       classifier outputs (10; 1000 reproduces the seed's model)\n"
-            "  --amp MODE        fp16 (GradScaler on), bf16 or off (fp16)\n"
-            "  --device DEV      cuda or cpu (cuda when present)\n"
-            "  --format F        nchw or nhwc (nhwc on cuda, nchw on cpu)\n"
-            "  --log-every N     print the loss every N steps (1; 0: once per epoch)\n"
-            "  --seed N          seed for init, shuffling and synthetic data (0)\n"
-            "  --eval            test accuracy after each epoch\n"
-            "  --save FILE       checkpoint (model, optimizer, scaler, position) after each epoch\n"
-            "  --resume FILE     continue from a checkpoint\n"
-            "  --json            a machine-readable summary on stdout at the end\n"
-            "%s",
-            prog, accum > 1 ? "  --accum N         micro-batches per optimizer step (4)\n" : "");
-}
+/* Numeric flags are bounded here (issue 20 item 13): a value outside the bounds is a usage
+ * error (exit 2), never a run that fails later with the library's message (exit 1). */
+static const char *const AMP_NAMES[] = {"fp16", "bf16", "off", NULL};
+static const int32_t AMP_VALUES[] = {DLT_F16, DLT_BF16, -1};
+static const char *const DEVICE_NAMES[] = {"cuda", "cpu", NULL};
+static const int32_t DEVICE_VALUES[] = {DLT_DEVICE_CUDA, DLT_DEVICE_CPU};
+static const char *const FORMAT_NAMES[] = {"nchw", "nhwc", NULL};
+static const int32_t FORMAT_VALUES[] = {DLT_FORMAT_CONTIGUOUS, DLT_FORMAT_CHANNELS_LAST};
 
-static int parse_i64(const char *s, int64_t *out, int64_t lo) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || !end || *end || end == s || v < lo) return 0;
-    *out = v;
-    return 1;
-}
-
-static int parse_f64(const char *s, double *out) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || !end || *end || end == s || !isfinite(v)) return 0;
-    *out = v;
-    return 1;
-}
-
-/* Returns 0 on success, 2 on a usage error (message printed). */
+/* Returns 0 to run, 1 after --help, 2 on a usage error (message and usage printed). */
 static int parse_args(int argc, char **argv, const char *prog, int accum_default, options *o) {
     memset(o, 0, sizeof *o);
     o->epochs = 10;
@@ -96,63 +65,42 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
     o->amp = DLT_F16;
     o->device = -1;
     o->format = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = 1, known = 1;
-        if (!strcmp(a, "--eval")) {
-            o->eval = 1;
-            continue;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(prog, accum_default);
-            return 3;
-        }
-        if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--save")) o->save = v;
-        else if (!strcmp(a, "--resume")) o->resume = v;
-        else if (!strcmp(a, "--epochs")) ok = v && parse_i64(v, &o->epochs, 1);
-        else if (!strcmp(a, "--steps")) ok = v && parse_i64(v, &o->steps, 0);
-        else if (!strcmp(a, "--batch")) ok = v && parse_i64(v, &o->batch, 1);
-        else if (!strcmp(a, "--classes")) ok = v && parse_i64(v, &o->classes, 1);
-        else if (!strcmp(a, "--log-every")) ok = v && parse_i64(v, &o->log_every, 0);
-        else if (!strcmp(a, "--seed")) {
-            int64_t s = 0;
-            ok = v && parse_i64(v, &s, 0);
-            o->seed = (uint64_t)s;
-        } else if (!strcmp(a, "--accum") && accum_default > 1) ok = v && parse_i64(v, &o->accum, 1);
-        else if (!strcmp(a, "--lr")) ok = v && parse_f64(v, &o->lr) && o->lr >= 0;
-        else if (!strcmp(a, "--momentum")) ok = v && parse_f64(v, &o->momentum) && o->momentum >= 0;
-        else if (!strcmp(a, "--amp")) {
-            if (v && !strcmp(v, "fp16")) o->amp = DLT_F16;
-            else if (v && !strcmp(v, "bf16")) o->amp = DLT_BF16;
-            else if (v && !strcmp(v, "off")) o->amp = -1;
-            else ok = 0;
-        } else if (!strcmp(a, "--device")) {
-            if (v && !strcmp(v, "cuda")) o->device = DLT_DEVICE_CUDA;
-            else if (v && !strcmp(v, "cpu")) o->device = DLT_DEVICE_CPU;
-            else ok = 0;
-        } else if (!strcmp(a, "--format")) {
-            if (v && !strcmp(v, "nchw")) o->format = DLT_FORMAT_CONTIGUOUS;
-            else if (v && !strcmp(v, "nhwc")) o->format = DLT_FORMAT_CHANNELS_LAST;
-            else ok = 0;
-        } else {
-            known = 0;
-        }
-        if (!known) fprintf(stderr, "%s: unknown option %s\n", prog, a);
-        else if (!v) fprintf(stderr, "%s: %s needs a value\n", prog, a);
-        else if (!ok) fprintf(stderr, "%s: bad value for %s: %s\n", prog, a, v);
-        if (!known || !v || !ok) {
-            usage(prog, accum_default);
-            return 2;
-        }
-        i++;
-    }
-    return 0;
+    int64_t seed = 0;
+    const cli_option opts[] = {
+        {"data", CLI_STRING, &o->data, .metavar = "DIR",
+         .help = "CIFAR-10 binary directory (data_batch_N.bin, test_batch.bin);\nwithout it, or if "
+                 "it holds no batch file, a synthetic dataset is used"},
+        {"epochs", CLI_INT, &o->epochs, .lo = 1, .hi = 1000000, .metavar = "N", .help = "epochs (10)"},
+        {"steps", CLI_INT, &o->steps, .lo = 0, .hi = 1000000000000, .metavar = "N",
+         .help = "stop after N steps in total (0: no limit)"},
+        {"batch", CLI_INT, &o->batch, .lo = 1, .hi = 65536, .metavar = "N", .help = "batch size (256)"},
+        {"lr", CLI_REAL, &o->lr, .rlo = 0, .rhi = 1000, .metavar = "X", .help = "learning rate (0.01)"},
+        {"momentum", CLI_REAL, &o->momentum, .rlo = 0, .rhi = 1, .metavar = "X", .help = "SGD momentum (0)"},
+        {"classes", CLI_INT, &o->classes, .lo = 1, .hi = 100000, .metavar = "N",
+         .help = "classifier outputs (10; 1000 reproduces the seed's model)"},
+        {"amp", CLI_CHOICE, &o->amp, .choices = AMP_NAMES, .values = AMP_VALUES, .metavar = "MODE",
+         .help = "fp16 (GradScaler on), bf16 or off (fp16)"},
+        {"device", CLI_CHOICE, &o->device, .choices = DEVICE_NAMES, .values = DEVICE_VALUES, .metavar = "DEV",
+         .help = "cuda or cpu (cuda when present)"},
+        {"format", CLI_CHOICE, &o->format, .choices = FORMAT_NAMES, .values = FORMAT_VALUES, .metavar = "F",
+         .help = "nchw or nhwc (nhwc on cuda, nchw on cpu)"},
+        {"log-every", CLI_INT, &o->log_every, .lo = 0, .hi = 1000000000, .metavar = "N",
+         .help = "print the loss every N steps (1; 0: once per epoch)"},
+        {"seed", CLI_INT, &seed, .lo = 0, .hi = INT64_MAX, .metavar = "N",
+         .help = "seed for init, shuffling and synthetic data (0)"},
+        {"eval", CLI_FLAG, &o->eval, .help = "test accuracy after each epoch"},
+        {"save", CLI_STRING, &o->save, .metavar = "FILE",
+         .help = "checkpoint (model, optimizer, scaler, position) after each epoch"},
+        {"resume", CLI_STRING, &o->resume, .metavar = "FILE", .help = "continue from a checkpoint"},
+        {"json", CLI_FLAG, &o->json, .help = "a machine-readable summary on stdout at the end"},
+        /* last: only the accumulation script has it */
+        {"accum", CLI_INT, &o->accum, .lo = 1, .hi = 65536, .metavar = "N",
+         .help = "micro-batches per optimizer step (4)"},
+    };
+    const int n = (int)(sizeof opts / sizeof opts[0]) - (accum_default > 1 ? 0 : 1);
+    int rc = cli_parse(argc, argv, prog, opts, n);
+    o->seed = (uint64_t)seed;
+    return rc;
 }
 
 /* Fails the run with the library's message. */
@@ -171,12 +119,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The CIFAR-10 directory holds at least one training batch file. */
+/* The CIFAR-10 directory holds at least one training batch name. A name counts when it
+ * has a directory entry, readable or not, and when it cannot be looked up at all (an
+ * unsearchable directory): the reader then names the file it cannot read, and the run
+ * fails, instead of training on synthetic data because access() said no (issue 20 item
+ * 10). Only names that are certainly absent (ENOENT) leave the synthetic fallback. */
 static int has_cifar(const char *dir) {
     char p[4096];
     for (int i = 1; i <= 5; i++) {
         snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, i);
-        if (access(p, R_OK) == 0) return 1;
+        struct stat sb;
+        if (lstat(p, &sb) == 0 || errno != ENOENT) return 1;
     }
     return 0;
 }
@@ -184,7 +137,7 @@ static int has_cifar(const char *dir) {
 int dlt_example_train(int argc, char **argv, const char *prog, int accum_default) {
     options o;
     int rc = parse_args(argc, argv, prog, accum_default, &o);
-    if (rc == 3) return 0; /* --help */
+    if (rc == 1) return 0; /* --help */
     if (rc) return rc;
 
     dlt_ctx *ctx = NULL;
@@ -251,14 +204,34 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     if (o.accum > 1) printf("gradient accumulation: %lld micro-batches per optimizer step\n", (long long)o.accum);
 
     int64_t start_epoch = 0, global_step = 0;
+    const int64_t nb = dlt_loader_num_batches(loader);
     if (o.resume) {
         TRY(dlt_checkpoint_load(o.resume, model, opt, scaler, &start_epoch, &global_step));
         printf("resumed from %s at epoch %lld (step %lld)\n", o.resume, (long long)start_epoch,
                (long long)global_step);
+        /* the position is the checkpoint's (never negative: the loader refuses that); what
+         * this run can do from it is checked here (issue 20 item 6) */
+        if (start_epoch > o.epochs) {
+            fprintf(stderr, "%s: %s is at epoch %lld, past --epochs %lld\n", prog, o.resume,
+                    (long long)start_epoch, (long long)o.epochs);
+            goto fail;
+        }
+        /* at most (epochs - start_epoch) * nb more steps: the counter must hold them */
+        if (global_step > INT64_MAX - (o.epochs - start_epoch) * nb) {
+            fprintf(stderr, "%s: %s is at step %lld: %lld more epochs of %lld steps would overflow "
+                    "the step counter\n", prog, o.resume, (long long)global_step,
+                    (long long)(o.epochs - start_epoch), (long long)nb);
+            goto fail;
+        }
+        if (start_epoch == o.epochs) {
+            printf("nothing to train: %s has finished all %lld epochs (raise --epochs to continue)\n",
+                   o.resume, (long long)o.epochs);
+            exit_code = 0;
+            goto fail;
+        }
     }
 
     report_monitor_start(&run, o.device == DLT_DEVICE_CUDA ? 0 : -1);
-    const int64_t nb = dlt_loader_num_batches(loader);
     int stop = 0;
     double first_step_s = -1;
     for (int64_t epoch = start_epoch; epoch < o.epochs && !stop; epoch++) {

@@ -9,7 +9,9 @@
  *           a whole number of 3073-byte records; bit3 make every label valid (mod 10);
  *           bit4 write batches.meta.txt; bit5 plant a non-regular entry (a directory, or a
  *           FIFO with bit6) under the first batch name the split looks for and lacks;
- *           bit7 batches.meta.txt is such a non-regular entry instead of a file
+ *           bit7 batches.meta.txt is such a non-regular entry instead of a file; bit7
+ *           without bit4 (no meta file to replace) makes bit5's entry a symlink instead:
+ *           dangling, or a loop with bit6 (present but unreadable: never "absent")
  *   byte 1  which batch files exist: bits 0-4 data_batch_1..5.bin, bit 5 test_batch.bin
  *   2-3     L, little-endian: the length of the batches.meta.txt text that follows
  *   4..     L bytes of batches.meta.txt, then the batch bytes, split evenly over the
@@ -76,8 +78,14 @@ static void cf_path(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", cf_g.dir, name);
 }
 
-/* A directory or a FIFO at path. */
-static int cf_plant(const char *path, int fifo) {
+/* A directory or a FIFO at path; with link, a dangling symlink or (fifo) a symlink to
+ * itself (ELOOP). */
+static int cf_plant(const char *path, int fifo, int link) {
+    if (link) {
+        char target[1100];
+        snprintf(target, sizeof target, "%s.missing", path);
+        return symlink(fifo ? path : target, path);
+    }
     return fifo ? mkfifo(path, 0600) : mkdir(path, 0700);
 }
 
@@ -249,7 +257,7 @@ static DLTFZ_UNUSED int dltfz_cifar10_run(const uint8_t *data, size_t size, char
         if (dltfz_remove(path) != 0) bad = dltfz_fail(err, n, "cannot remove %s", path);
         else if (slot[i].kind == CF_REGULAR && dltfz_write_file(path, slot[i].p, slot[i].n) != 0)
             bad = dltfz_fail(err, n, "cannot write %s", path);
-        else if (slot[i].kind == CF_SPECIAL && cf_plant(path, fifo) != 0)
+        else if (slot[i].kind == CF_SPECIAL && cf_plant(path, fifo, meta_special && !write_meta) != 0)
             bad = dltfz_fail(err, n, "cannot create %s", path);
     }
     char meta_path[1024];
@@ -258,7 +266,7 @@ static DLTFZ_UNUSED int dltfz_cifar10_run(const uint8_t *data, size_t size, char
     if (!bad && dltfz_remove(meta_path) != 0) bad = dltfz_fail(err, n, "cannot remove %s", meta_path);
     if (!bad && meta_regular && dltfz_write_file(meta_path, meta, meta_n) != 0)
         bad = dltfz_fail(err, n, "cannot write %s", meta_path);
-    if (!bad && write_meta && meta_special && cf_plant(meta_path, fifo) != 0)
+    if (!bad && write_meta && meta_special && cf_plant(meta_path, fifo, 0) != 0)
         bad = dltfz_fail(err, n, "cannot create %s", meta_path);
     if (bad) {
         free(bytes);

@@ -11,23 +11,32 @@
  * without momentum and a disabled GradScaler, and baseline files saved by the library.
  *
  * Per input, with the rules checked:
- *  - dlt_module_load into both nets: DLT_OK or DLT_ERR_FORMAT, the same for both (the
+ *  - dlt_module_load into both nets: DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE or DLT_ERR_DTYPE
+ *    (a valid file that does not fit), the same for both (the
  *    format does not change what is accepted); a refusal leaves the net unchanged (hash of
  *    every state tensor, its dtype and shape) and names the function; an accepted file
  *    leaves every state tensor equal to what dlt_safetensors_load_tensor reads for its name;
  *  - dlt_checkpoint_load(m only): the same status as dlt_module_load;
- *  - dlt_checkpoint_load(m, optimizer, scaler, &epoch, &step): DLT_OK or DLT_ERR_FORMAT,
+ *  - dlt_checkpoint_load(m, optimizer, scaler, &epoch, &step): DLT_OK or a refusal as above,
  *    never DLT_OK when the module part was refused; a refusal changes nothing (net, lr,
  *    step count, momentum buffers, scaler state, *epoch, *step); success gives the file's
  *    train.epoch, train.step and optimizer.step_count, and an lr and a scale that are
- *    finite (and the scale positive) as the optimizer and scaler hold them (in fp32);
+ *    finite (and not negative) as the optimizer and scaler hold them (in fp32);
  *  - dlt_checkpoint_load(m, momentum-0 optimizer, disabled scaler, &epoch, NULL): the same
  *    rules (a file with momentum buffers is refused, scaler entries are ignored);
  *  - dlt_safetensors_load_tensor for a few fixed names and up to three names found in the
  *    header: DLT_OK, DLT_ERR_FORMAT, DLT_ERR_INVALID_ARGUMENT (no such name) or
  *    DLT_ERR_DTYPE; whether the file is corrupt (DLT_ERR_FORMAT) must not depend on the
  *    name, and a file a net accepted is not corrupt; a loaded tensor saved again with
- *    dlt_safetensors_save reads back identical.
+ *    dlt_safetensors_save reads back identical;
+ *  - dlt_safetensors_open: refuses exactly the files the readers above find corrupt; an
+ *    accepted file lists exactly the top-level keys an independent strict JSON decoder
+ *    reads from the raw header, byte for byte (a NUL or any other decoding difference
+ *    would show: issue 20 item 9 as a class), and info/get agree with load_tensor;
+ *  - dlt_module_load_ex non-strict: refused only for a corrupt file; every entry the report
+ *    lists as missing or mismatched is unchanged, every other one equals the file, and
+ *    loaded + skipped = all; strict under the prefix "fc.": a refusal changes nothing, an
+ *    accepted load gives fc.weight and fc.bias the file's values.
  * After an accepted load the nets, optimizer and scaler are restored from the baselines
  * (and checked against the start-up hashes), so every input starts from the same state.
  */
@@ -305,6 +314,312 @@ static int st_restore(char *err, size_t n) {
     return 0;
 }
 
+/* ---- an independent reader of the header's top-level keys ----
+ * Decodes every key of the top-level object of the raw header as a strict JSON string
+ * (escapes, \uXXXX with surrogate pairs, to UTF-8; raw control bytes refused), skipping
+ * values (numbers leniently: cJSON is lenient there, and a number's spelling cannot change
+ * a name). A file the library accepts must list exactly these names, byte for byte:
+ * the class of issue 20 item 9 (cJSON's decoding and another reader's disagreeing on a
+ * name), not only its NUL instance. */
+
+#define ST_MAX_KEYS 256
+
+typedef struct st_keys {
+    int n;
+    size_t len[ST_MAX_KEYS];
+    char key[ST_MAX_KEYS][ST_MAX_NAME];
+} st_keys;
+
+typedef struct st_cursor {
+    const uint8_t *p, *end;
+} st_cursor;
+
+static void st_ws(st_cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int st_hex4(st_cursor *c, unsigned *out) {
+    if (c->end - c->p < 4) return -1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        uint8_t h = c->p[i];
+        int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + (unsigned)d;
+    }
+    c->p += 4;
+    *out = v;
+    return 0;
+}
+
+/* A string at c->p (opening quote included) into buf (up to cap bytes kept; *len the full
+ * decoded length). -1 when it is not a valid JSON string. */
+static int st_string(st_cursor *c, char *buf, size_t cap, size_t *len) {
+    size_t k = 0;
+    if (c->p >= c->end || *c->p != '"') return -1;
+    c->p++;
+    for (;;) {
+        if (c->p >= c->end) return -1;
+        uint8_t ch = *c->p++;
+        unsigned cp;
+        if (ch == '"') break;
+        if (ch < 0x20) return -1;
+        if (ch != '\\') {
+            if (k < cap) buf[k] = (char)ch;
+            k++;
+            continue;
+        }
+        if (c->p >= c->end) return -1;
+        ch = *c->p++;
+        switch (ch) {
+        case '"': case '\\': case '/': cp = ch; break;
+        case 'b': cp = 8; break;
+        case 'f': cp = 12; break;
+        case 'n': cp = 10; break;
+        case 'r': cp = 13; break;
+        case 't': cp = 9; break;
+        case 'u': {
+            if (st_hex4(c, &cp)) return -1;
+            if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
+                unsigned lo;
+                if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u') return -1;
+                c->p += 2;
+                if (st_hex4(c, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                return -1;
+            }
+            break;
+        }
+        default: return -1;
+        }
+        uint8_t u[4];
+        int nb = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        if (nb == 1) u[0] = (uint8_t)cp;
+        else if (nb == 2) u[0] = (uint8_t)(0xC0 | cp >> 6), u[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        else if (nb == 3)
+            u[0] = (uint8_t)(0xE0 | cp >> 12), u[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)), u[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        else
+            u[0] = (uint8_t)(0xF0 | cp >> 18), u[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F)),
+            u[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (uint8_t)(0x80 | (cp & 0x3F));
+        for (int i = 0; i < nb; i++, k++)
+            if (k < cap) buf[k] = (char)u[i];
+    }
+    *len = k;
+    return 0;
+}
+
+static int st_value(st_cursor *c, int depth) {
+    char tmp[8];
+    size_t l;
+    st_ws(c);
+    if (c->p >= c->end || depth > 64) return -1;
+    uint8_t ch = *c->p;
+    if (ch == '"') return st_string(c, tmp, 0, &l);
+    if (ch == '{' || ch == '[') {
+        const uint8_t close = ch == '{' ? '}' : ']';
+        c->p++;
+        st_ws(c);
+        if (c->p < c->end && *c->p == close) return c->p++, 0;
+        for (;;) {
+            if (ch == '{') {
+                st_ws(c);
+                if (st_string(c, tmp, 0, &l)) return -1;
+                st_ws(c);
+                if (c->p >= c->end || *c->p++ != ':') return -1;
+            }
+            if (st_value(c, depth + 1)) return -1;
+            st_ws(c);
+            if (c->p >= c->end) return -1;
+            if (*c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if (*c->p++ != close) return -1;
+            return 0;
+        }
+    }
+    const uint8_t *start = c->p; /* a number or a literal, leniently */
+    while (c->p < c->end && (strchr("+-.eE0123456789", *c->p) || (*c->p >= 'a' && *c->p <= 'z'))) c->p++;
+    return c->p > start ? 0 : -1;
+}
+
+/* The top-level keys of the header; -1 when it is not a JSON object. */
+static int st_decode_keys(const uint8_t *d, size_t size, st_keys *k) {
+    k->n = 0;
+    if (size < 8) return -1;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | d[i];
+    if (hlen > size - 8) return -1;
+    st_cursor c = {d + 8, d + 8 + hlen};
+    st_ws(&c);
+    if (c.p >= c.end || *c.p++ != '{') return -1;
+    st_ws(&c);
+    if (c.p < c.end && *c.p == '}') return 0;
+    for (;;) {
+        st_ws(&c);
+        if (k->n == ST_MAX_KEYS) return -1;
+        if (st_string(&c, k->key[k->n], ST_MAX_NAME - 1, &k->len[k->n])) return -1;
+        k->key[k->n][k->len[k->n] < ST_MAX_NAME - 1 ? k->len[k->n] : ST_MAX_NAME - 1] = '\0';
+        k->n++;
+        st_ws(&c);
+        if (c.p >= c.end || *c.p++ != ':' || st_value(&c, 0)) return -1;
+        st_ws(&c);
+        if (c.p >= c.end) return -1;
+        if (*c.p == ',') {
+            c.p++;
+            continue;
+        }
+        return *c.p == '}' ? 0 : -1;
+    }
+}
+
+/* The file handle: the same verdict as the other readers; an accepted file lists exactly
+ * the names an independent reader decodes, describes each tensor as it reads, and reads
+ * each as dlt_safetensors_load_tensor does. */
+static int st_check_handle(const uint8_t *data, size_t size, int corrupt, char *err, size_t n) {
+    const char *in = st_g.in;
+    dlt_safetensors *f = NULL;
+    dlt_clear_error();
+    dlt_status s = dlt_safetensors_open(in, &f);
+    if (!dltfz_status_in(s, 2, DLT_OK, DLT_ERR_FORMAT))
+        return dltfz_fail(err, n, "dlt_safetensors_open returned %d: %.300s", s, dlt_last_error());
+    if (s != DLT_OK) {
+        if (dltfz_check_message(s, "dlt_safetensors_open", err, n)) return 1;
+        if (f) return dltfz_fail(err, n, "a refused dlt_safetensors_open made a handle");
+        if (!corrupt)
+            return dltfz_fail(err, n, "dlt_safetensors_open refused a file the other readers accept: %.300s",
+                              dlt_last_error());
+        return 0;
+    }
+    int bad = 0;
+    if (corrupt) bad = dltfz_fail(err, n, "dlt_safetensors_open accepted a file the other readers refuse");
+    st_keys *keys = calloc(1, sizeof *keys);
+    if (!bad && (!keys || st_decode_keys(data, size, keys) != 0))
+        bad = dltfz_fail(err, n, "the library accepted a header whose keys a strict JSON reader cannot decode");
+    const int32_t nt = dlt_safetensors_num_tensors(f);
+    int n_keys = 0;
+    for (int i = 0; !bad && i < keys->n; i++) {
+        if (keys->len[i] == 12 && memcmp(keys->key[i], "__metadata__", 12) == 0) continue;
+        n_keys++;
+        int found = 0;
+        for (int32_t j = 0; j < nt && !found; j++) {
+            const char *nm = dlt_safetensors_name(f, j);
+            found = nm && strlen(nm) == keys->len[i] && (keys->len[i] >= ST_MAX_NAME - 1 ||
+                                                         memcmp(nm, keys->key[i], keys->len[i]) == 0);
+        }
+        if (!found)
+            bad = dltfz_fail(err, n, "the header's key '%.200s' (%zu bytes) is not a name the library "
+                             "lists (%d names)", keys->key[i], keys->len[i], nt);
+    }
+    if (!bad && n_keys != nt)
+        bad = dltfz_fail(err, n, "the library lists %d tensors, the header has %d keys", nt, n_keys);
+    for (int32_t j = 0; !bad && j < nt && j < 8; j++) {
+        const char *nm = dlt_safetensors_name(f, j);
+        int32_t dt = 0, nd = -1;
+        int64_t shape[DLT_MAX_DIMS];
+        dlt_tensor *a = NULL, *b = NULL;
+        if (dlt_safetensors_info(f, nm, &dt, shape, DLT_MAX_DIMS, &nd) != DLT_OK || nd < 0 || nd > DLT_MAX_DIMS ||
+            !dlt_safetensors_dtype_name(f, nm)) {
+            bad = dltfz_fail(err, n, "dlt_safetensors_info('%s') failed: %.300s", nm, dlt_last_error());
+            break;
+        }
+        dlt_status g1 = dlt_safetensors_get(f, st_g.ctx, nm, &a);
+        dlt_status g2 = dlt_safetensors_load_tensor(st_g.ctx, in, nm, &b);
+        if (g1 != g2 || (dt < 0) != (g1 == DLT_ERR_DTYPE) || (g1 != DLT_OK && g1 != DLT_ERR_DTYPE))
+            bad = dltfz_fail(err, n, "tensor '%s' (dtype %d): dlt_safetensors_get %d, load_tensor %d: %.300s", nm,
+                             dt, g1, g2, dlt_last_error());
+        else if (g1 == DLT_OK) {
+            int64_t ts[DLT_MAX_DIMS];
+            if (dlt_tensor_dtype(a) != dt || dlt_tensor_shape(a, ts, DLT_MAX_DIMS) != nd ||
+                memcmp(ts, shape, (size_t)nd * sizeof ts[0]) != 0 || !st_same_tensor(a, b))
+                bad = dltfz_fail(err, n, "tensor '%s': dlt_safetensors_get disagrees with info or load_tensor", nm);
+        }
+        dlt_tensor_release(a);
+        dlt_tensor_release(b);
+    }
+    free(keys);
+    dlt_safetensors_close(f);
+    return bad;
+}
+
+/* A non-strict load (and a strict one under prefixes): refused only for a corrupt file;
+ * what the report lists as skipped is unchanged, everything else equals the file. */
+static int st_check_non_strict(const char *in, int corrupt, char *err, size_t n, int *dirty) {
+    const int32_t ns = dlt_module_num_state(st_g.m);
+    uint64_t before[64];
+    for (int32_t i = 0; i < ns && i < 64; i++) {
+        dlt_tensor *t = NULL;
+        if (dlt_module_state_entry(st_g.m, i, NULL, &t, NULL) != DLT_OK) return dltfz_fail(err, n, "state entry");
+        before[i] = dltfz_hash_tensor(DLTFZ_HASH_INIT, t);
+    }
+    const uint64_t h0 = st_hash_training();
+    dlt_module_load_options o;
+    dlt_module_load_options_default(&o);
+    o.strict = 0;
+    dlt_load_report *r = NULL;
+    dlt_clear_error();
+    dlt_status s = dlt_module_load_ex(st_g.m, in, &o, &r);
+    if (!dltfz_status_in(s, 2, DLT_OK, DLT_ERR_FORMAT) || (s == DLT_OK) == corrupt)
+        return dltfz_fail(err, n, "a non-strict dlt_module_load_ex returned %d for a %s file: %.300s", s,
+                          corrupt ? "corrupt" : "valid", dlt_last_error());
+    if (s != DLT_OK) {
+        if (dltfz_check_message(s, "dlt_module_load_ex", err, n)) return 1;
+        if (r) return dltfz_fail(err, n, "a refused load made a report");
+        if (st_hash_training() != h0) return dltfz_fail(err, n, "a refused non-strict load changed the net");
+        return 0;
+    }
+    *dirty = 1;
+    int bad = 0, skipped = 0;
+    for (int32_t i = 0; !bad && i < ns && i < 64; i++) {
+        const char *name = NULL;
+        dlt_tensor *t = NULL, *f = NULL;
+        if (dlt_module_state_entry(st_g.m, i, &name, &t, NULL) != DLT_OK) {
+            bad = dltfz_fail(err, n, "state entry");
+            break;
+        }
+        int listed = 0;
+        for (int k = DLT_LOAD_MISSING; k <= DLT_LOAD_MISMATCHED; k += 2)
+            for (int32_t j = 0; j < dlt_load_report_count(r, k); j++)
+                listed |= strcmp(dlt_load_report_name(r, k, j), name) == 0;
+        skipped += listed;
+        if (listed) {
+            if (dltfz_hash_tensor(DLTFZ_HASH_INIT, t) != before[i])
+                bad = dltfz_fail(err, n, "'%s' was reported skipped but changed", name);
+        } else if (dlt_safetensors_load_tensor(st_g.ctx, in, name, &f) != DLT_OK || !st_same_tensor(t, f)) {
+            bad = dltfz_fail(err, n, "'%s' was loaded non-strictly but differs from the file", name);
+        }
+        dlt_tensor_release(f);
+    }
+    if (!bad && dlt_load_report_num_loaded(r) + skipped != ns)
+        bad = dltfz_fail(err, n, "report: %d loaded + %d skipped != %d entries", dlt_load_report_num_loaded(r),
+                         skipped, ns);
+    dlt_load_report_destroy(r);
+    if (bad) return 1;
+    /* strictly, the classifier alone: only "fc." entries take part */
+    const uint64_t hcl = st_hash_module(st_g.mcl);
+    dlt_module_load_options_default(&o);
+    o.file_prefix = o.module_prefix = "fc.";
+    dlt_clear_error();
+    s = dlt_module_load_ex(st_g.mcl, in, &o, NULL);
+    if (!dltfz_status_in(s, 4, DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE, DLT_ERR_DTYPE))
+        return dltfz_fail(err, n, "dlt_module_load_ex(prefix fc.) returned %d: %.300s", s, dlt_last_error());
+    if (s != DLT_OK) {
+        if (dltfz_check_message(s, "dlt_module_load_ex", err, n)) return 1;
+        if (st_hash_module(st_g.mcl) != hcl) return dltfz_fail(err, n, "a refused prefixed load changed the net");
+        return 0;
+    }
+    const char *fc[2] = {"fc.weight", "fc.bias"};
+    for (int i = 0; i < 2; i++) {
+        dlt_tensor *t = NULL, *f = NULL;
+        int same = dlt_module_find(st_g.mcl, fc[i], &t) == DLT_OK &&
+                   dlt_safetensors_load_tensor(st_g.ctx, in, fc[i], &f) == DLT_OK && st_same_tensor(t, f);
+        dlt_tensor_release(f);
+        if (!same) return dltfz_fail(err, n, "a prefixed load accepted the file but '%s' differs from it", fc[i]);
+    }
+    return 0;
+}
+
 static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, int *dirty) {
     const char *in = st_g.in;
     if (dltfz_write_file(in, data, size) != 0) return dltfz_fail(err, n, "cannot write %s", in);
@@ -315,7 +630,7 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
     /* dlt_module_load, both nets */
     dlt_clear_error();
     dlt_status s_mod = dlt_module_load(st_g.m, in);
-    if (!dltfz_status_in(s_mod, 2, DLT_OK, DLT_ERR_FORMAT))
+    if (!dltfz_status_in(s_mod, 4, DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE, DLT_ERR_DTYPE))
         return dltfz_fail(err, n, "dlt_module_load returned %d: %.300s", s_mod, dlt_last_error());
     if (s_mod != DLT_OK) {
         if (dltfz_check_message(s_mod, "dlt_module_load", err, n)) return 1;
@@ -357,7 +672,7 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
     int64_t ep = -777, sp = -778;
     dlt_clear_error();
     s = dlt_checkpoint_load(in, st_g.m, st_g.opt, st_g.sc, &ep, &sp);
-    if (!dltfz_status_in(s, 2, DLT_OK, DLT_ERR_FORMAT))
+    if (!dltfz_status_in(s, 4, DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE, DLT_ERR_DTYPE))
         return dltfz_fail(err, n, "dlt_checkpoint_load returned %d (%s): %.300s", s,
                           s != DLT_OK && st_hash_training() != hb ? "and changed the objects"
                                                                   : "nothing changed",
@@ -384,12 +699,13 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
             return dltfz_fail(err, n, "step count %lld after dlt_checkpoint_load; the file holds %lld",
                               (long long)steps, (long long)fsteps);
         /* what was loaded is usable: an lr and a scale a step can use (both are fp32 on the
-         * device, so a finite double can still turn into inf or 0 there) */
+         * device, so a finite double can still turn into inf there); a scale of 0 is a
+         * state the scaler reaches itself after enough skipped steps, so it loads */
         double lr = -1, scale = -1;
         if (dlt_optimizer_get_lr(st_g.opt, &lr) != DLT_OK ||
             dlt_grad_scaler_get_state(st_g.sc, &scale, NULL, NULL, NULL, NULL) != DLT_OK)
             return dltfz_fail(err, n, "reading lr/scale after dlt_checkpoint_load: %s", dlt_last_error());
-        if (!(lr >= 0 && lr <= 3.4028234663852886e38) || !(scale > 0 && scale <= 3.4028234663852886e38))
+        if (!(lr >= 0 && lr <= 3.4028234663852886e38) || !(scale >= 0 && scale <= 3.4028234663852886e38))
             return dltfz_fail(err, n, "dlt_checkpoint_load accepted lr %g, scale %g", lr, scale);
         if (st_verify_module(st_g.m, in, "dlt_checkpoint_load", err, n)) return 1;
     }
@@ -400,7 +716,7 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
     int64_t ep0 = -777;
     dlt_clear_error();
     dlt_status s0 = dlt_checkpoint_load(in, st_g.m, st_g.opt0, st_g.sc_off, &ep0, NULL);
-    if (!dltfz_status_in(s0, 2, DLT_OK, DLT_ERR_FORMAT))
+    if (!dltfz_status_in(s0, 4, DLT_OK, DLT_ERR_FORMAT, DLT_ERR_SHAPE, DLT_ERR_DTYPE))
         return dltfz_fail(err, n, "dlt_checkpoint_load(momentum 0, scaler off) returned %d: %.300s",
                           s0, dlt_last_error());
     if (s0 == DLT_OK && s_mod != DLT_OK)
@@ -468,7 +784,8 @@ static int st_run_body(const uint8_t *data, size_t size, char *err, size_t n, in
         dlt_tensor_release(t);
         if (bad) return 1;
     }
-    return 0;
+    if (st_check_handle(data, size, corrupt == 1, err, n)) return 1;
+    return st_check_non_strict(in, corrupt == 1, err, n, dirty);
 }
 
 static DLTFZ_UNUSED int dltfz_safetensors_run(const uint8_t *data, size_t size, char *err, size_t n) {

@@ -59,6 +59,10 @@ def cifar_seeds():
         "seed-file-fifo": cifar_input(FILE | PLANT | FIFO, 0x00, b"", []),
         "seed-meta-fifo": cifar_input(TRIM | META | FIFO | MSPECIAL, 0x01, b"", r[:1]),
         "seed-meta-dir": cifar_input(TRIM | META | MSPECIAL, 0x01, b"", r[:1]),
+        # issue 20 item 11: symlinks under batch names (MSPECIAL without META: a symlink)
+        "seed-dangling-batch-2": cifar_input(TRIM | PLANT | MSPECIAL, 0x01, b"", r[:2]),
+        "seed-loop-test-batch": cifar_input(T | TRIM | PLANT | FIFO | MSPECIAL, 0x00, b"", r[:1]),
+        "seed-dangling-file": cifar_input(FILE | PLANT | MSPECIAL, 0x00, b"", []),
         "seed-empty-input": b"",
         "seed-one-byte": b"\x1c",
     }
@@ -113,6 +117,66 @@ def replace(entries, name, dtype=None, shape=None, raw=None):
 
 def without(entries, name):
     return [e for e in entries if e[0] != name]
+
+
+def st_write_keys(entries, meta=None, keys=None, fields=None):
+    """st_write with some names written as raw JSON key text (keys: name -> text between the
+    quotes, escapes kept as written) or some entries' fields as raw text (fields: name ->
+    the object's text)."""
+    keys, fields = keys or {}, fields or {}
+    parts, data = [], b""
+    if meta is not None:
+        parts.append(b'"__metadata__":' + json.dumps(meta, separators=(",", ":")).encode())
+    for name, dtype, shape, raw in entries:
+        obj = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        text = fields.get(name, json.dumps(obj, separators=(",", ":")))
+        key = keys.get(name, json.dumps(name)[1:-1])
+        k = key if isinstance(key, bytes) else key.encode()
+        parts.append(b'"' + k + b'":' + (text if isinstance(text, bytes) else text.encode()))
+        data += raw
+    return st_file(b"{" + b",".join(parts) + b"}", data)
+
+
+def key_edges(ents, meta):
+    """Issue 20 item 9 as a class: names that readers could read differently (cJSON decodes
+    \u0000 to a NUL that ends a C string; it keeps the first of two equal fields where
+    Python and serde keep the last), and names written with escapes that are the same."""
+    fc = next(e for e in ents if e[0] == "fc.bias")
+    off = sum(len(e[3]) for e in ents[:ents.index(fc)])
+    f16 = '{"dtype":"F16","dtype":"F32","shape":[3],"data_offsets":[%d,%d]}' % (off, off + 12)
+    # the one cJSON accepted: the first field is the one that fits the data
+    f32_first = '{"dtype":"F32","dtype":"F16","shape":[3],"data_offsets":[%d,%d]}' % (off, off + 12)
+    twice_shape = '{"dtype":"F32","shape":[3],"shape":[1,3],"data_offsets":[%d,%d]}' % (off, off + 12)
+    extra = ents + [["x", "U8", [1], b"\x01"]]
+    return {
+        "edge-key-nul-escape": st_write_keys(ents, meta, keys={"fc.bias": "fc.bias\\u0000evil"}),
+        "edge-key-raw-nul": st_write_keys(ents, meta, keys={"fc.bias": b"fc.bias\x00evil"}),
+        "edge-key-control-escape": st_write_keys(ents, meta, keys={"fc.bias": "fc.bias\\u0007"}),
+        "edge-key-raw-control": st_write_keys(ents, meta, keys={"fc.bias": b"fc.bias\x01"}),
+        "edge-key-newline-escape": st_write_keys(ents, meta, keys={"fc.bias": "fc.bias\\n"}),
+        "edge-key-del": st_write_keys(ents, meta, keys={"fc.bias": b"fc.bias\x7f"}),
+        "edge-key-c1-escape": st_write_keys(ents, meta, keys={"fc.bias": "fc.bias\\u0085"}),
+        "edge-key-escaped-same": st_write_keys(ents, meta, keys={"fc.bias": "\\u0066c.bi\\u0061s"}),
+        "edge-key-escaped-slash": st_write_keys(ents, meta, keys={"fc.bias": "fc.bias\\/"}),
+        "edge-key-surrogate-pair": st_write_keys(extra, meta, keys={"x": "\\ud83d\\ude00"}),
+        "edge-key-lone-surrogate": st_write_keys(extra, meta, keys={"x": "\\ud800"}),
+        "edge-key-utf8": st_write_keys(extra, meta, keys={"x": "caf\u00e9".encode()}),
+        "edge-field-twice": st_write_keys(ents, meta, fields={"fc.bias": f16}),
+        "edge-shape-twice": st_write_keys(ents, meta, fields={"fc.bias": twice_shape}),
+        "edge-meta-key-twice": st_file('{"__metadata__":{"format":"pt","format":"np"}}'),
+        "edge-meta-value-nul": st_file('{"__metadata__":{"format":"p\\u0000t"}}'),
+        "edge-meta-key-control": st_file('{"__metadata__":{"for\\u0001mat":"pt"}}'),
+        "edge-meta-value-newline": st_file('{"__metadata__":{"note":"two\\nlines"}}'),
+        # issue 20 item 8: a header that covers none of the data after it
+        "edge-empty-header-with-data": st_file("{}", b"\0" * 4096),
+        # issue 20 items 3, 6: positions and counts
+        "edge-train-step-negative": st_write(replace(ents, "train.step", raw=struct.pack("<q", -5)), meta),
+        "edge-train-epoch-negative": st_write(replace(ents, "train.epoch", raw=struct.pack("<q", -1)), meta),
+        "edge-train-step-max": st_write(replace(ents, "train.step", raw=struct.pack("<q", 2**63 - 1)), meta),
+        # the finding itself: a NUL inside a module name (loaded as "fc.weight" before)
+        "regress-key-nul": st_write_keys(ents, meta, keys={"fc.weight": "fc.weight\\u0000evil"}),
+        "regress-field-twice": st_write_keys(ents, meta, fields={"fc.bias": f32_first}),
+    }
 
 
 def safetensors_edges(base):
@@ -221,6 +285,7 @@ def safetensors_edges(base):
         "regress-scale-f64-underflow": st_write(replace(moved, "scaler.scale", dtype="F64", raw=f64(1e-50)), meta),
         "regress-lr-f64-overflow": st_write(replace(moved, "optimizer.lr", raw=f64(1e39)), meta),
     }
+    cases.update(key_edges(ents, meta))
     return cases
 
 

@@ -4,7 +4,8 @@
 # On a fresh Debian/Ubuntu machine it installs what the build needs (apt-get), configures
 # into ./build (CUDA backend when nvcc/cuDNN are present), builds with warnings as errors,
 # runs the whole suite, then builds the host code again with AddressSanitizer and
-# UndefinedBehaviorSanitizer into ./build-asan and runs the CPU tests there. It ends with
+# UndefinedBehaviorSanitizer (float-cast-overflow included, no recovery) into ./build-asan
+# and runs the CPU tests there. It ends with
 #   N passed, N failed, N skipped
 # counting test cases (TAP lines) over every test program, and exits non-zero on failure.
 #
@@ -49,6 +50,9 @@ run_suite() { # dir setup-args...
   if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
     rm -f "$dir.setup.log"
+  else # an existing build directory takes this script's options too (they may have changed)
+    meson configure "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+    rm -f "$dir.setup.log"
   fi
   echo "== building $dir"
   rm -f "$dir/meson-logs/testlog.json" "$dir/meson-logs/build-failed"
@@ -62,9 +66,14 @@ run_suite() { # dir setup-args...
 
 run_suite "$build" -Dwerror=true -Dbuildtype=debugoptimized || status=1
 if [ "${DLT_SKIP_ASAN:-0}" != 1 ]; then
-  # Host code only (the CUDA runtime and ASan do not mix), sanitizers on.
-  ASAN_OPTIONS=detect_leaks=1 run_suite "$asan" -Dwerror=true -Dcuda=disabled -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dexamples=true || status=1
+  # Host code only (the CUDA runtime and ASan do not mix), sanitizers on. GCC's
+  # -fsanitize=undefined leaves out float-cast-overflow (a float converted to an integer
+  # type that cannot hold it), so it is added; no recovery: a report ends the test program,
+  # which then fails, instead of a line in a log nobody reads.
+  ubsan="-fsanitize=float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_suite "$asan" -Dwerror=true \
+    -Dcuda=disabled -Db_sanitize=address,undefined -Db_lundef=false -Dexamples=true \
+    "-Dc_args=$ubsan" "-Dc_link_args=$ubsan" || status=1
 fi
 
 # ---- count test cases over both builds ----------------------------------------------------

@@ -13,12 +13,16 @@
 #define DLT_TEST_HARNESS_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "dltrain.h"
 
@@ -291,6 +295,164 @@ static TH_UNUSED double th_rel_err_f(const float *a, const float *b, int64_t n) 
     }
     if (den == 0) return sqrt(num);
     return sqrt(num / den);
+}
+
+/* ---- hostile paths: every file reader against names that exist but cannot be read ----
+ *
+ * A reader must treat each of these as "present and unreadable": DLT_ERR_IO with a message
+ * naming the path, never as absent (a silently skipped file) and never hang. Plant one kind
+ * at a path with th_hostile_make, call the reader, undo it with th_hostile_undo; or let
+ * th_hostile_check run a reader over all kinds, with a symlink to a good file as a control
+ * that must read. The permission kinds need an unprivileged user: as root (CI), the reader
+ * runs with the effective uid and gid of "nobody" (65534; seteuid, so root's permission
+ * override is dropped and restored after), which needs the test's directories searchable by
+ * others (th_hostile_check makes path's directory 0755). */
+enum {
+    TH_HOSTILE_LOOP,             /* path -> path.loop -> path: ELOOP */
+    TH_HOSTILE_DANGLING,         /* a symlink to a file that does not exist: ENOENT */
+    TH_HOSTILE_NO_PERMISSION,    /* a regular file of mode 000: EACCES */
+    TH_HOSTILE_UNSEARCHABLE_DIR, /* path's directory made 0600 (listable, not searchable) */
+    TH_HOSTILE_DIRECTORY,        /* a directory */
+    TH_HOSTILE_FIFO,             /* a FIFO: opening it must not wait for a writer */
+    TH_HOSTILE_COUNT
+};
+
+static TH_UNUSED const char *th_hostile_name(int kind) {
+    static const char *names[TH_HOSTILE_COUNT] = {"symlink loop", "dangling symlink", "permission denied",
+                                                  "unsearchable directory", "directory", "FIFO"};
+    return kind >= 0 && kind < TH_HOSTILE_COUNT ? names[kind] : "?";
+}
+
+/* path's directory into buf ("." when none). */
+static TH_UNUSED void th_dirname(const char *path, char *buf, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(buf, n, ".");
+    else if (slash == path) snprintf(buf, n, "/");
+    else snprintf(buf, n, "%.*s", (int)(slash - path), path);
+}
+
+/* Plants kind at path (nothing may be there). 0, or -1 with the reason in th_skip_reason. */
+static TH_UNUSED int th_hostile_make(int kind, const char *path) {
+    char other[1024], dir[1024];
+    int rc = -1;
+    switch (kind) {
+    case TH_HOSTILE_LOOP:
+        snprintf(other, sizeof other, "%s.loop", path);
+        rc = symlink(other, path) == 0 && symlink(path, other) == 0 ? 0 : -1;
+        break;
+    case TH_HOSTILE_DANGLING:
+        snprintf(other, sizeof other, "%s.missing-target", path);
+        rc = symlink(other, path);
+        break;
+    case TH_HOSTILE_NO_PERMISSION: {
+        FILE *f = fopen(path, "wb");
+        rc = f && fputs("unreadable", f) >= 0 && fclose(f) == 0 && chmod(path, 0) == 0 ? 0 : -1;
+        break;
+    }
+    case TH_HOSTILE_UNSEARCHABLE_DIR:
+        th_dirname(path, dir, sizeof dir);
+        rc = chmod(dir, 0600);
+        break;
+    case TH_HOSTILE_DIRECTORY: rc = mkdir(path, 0755); break;
+    case TH_HOSTILE_FIFO: rc = mkfifo(path, 0644); break;
+    default: break;
+    }
+    if (rc != 0)
+        snprintf(th_skip_reason, sizeof th_skip_reason, "cannot plant a %s at %s: %s", th_hostile_name(kind),
+                 path, strerror(errno));
+    return rc;
+}
+
+/* Removes what th_hostile_make planted (and makes the directory searchable again). */
+static TH_UNUSED void th_hostile_undo(int kind, const char *path) {
+    char other[1024], dir[1024];
+    switch (kind) {
+    case TH_HOSTILE_LOOP:
+        snprintf(other, sizeof other, "%s.loop", path);
+        unlink(other);
+        unlink(path);
+        break;
+    case TH_HOSTILE_UNSEARCHABLE_DIR:
+        th_dirname(path, dir, sizeof dir);
+        (void)chmod(dir, 0755);
+        break;
+    case TH_HOSTILE_DIRECTORY: rmdir(path); break;
+    default: unlink(path); break;
+    }
+}
+
+/* Permission kinds as root: run as "nobody" until th_hostile_restore. 1 when the identity
+ * was changed, 0 when nothing was needed, -1 when it could not be (reason in
+ * th_skip_reason). */
+static TH_UNUSED int th_hostile_drop(int kind) {
+    if (geteuid() != 0 || (kind != TH_HOSTILE_NO_PERMISSION && kind != TH_HOSTILE_UNSEARCHABLE_DIR)) return 0;
+    if (setegid(65534) != 0 || seteuid(65534) != 0) {
+        snprintf(th_skip_reason, sizeof th_skip_reason, "running as root and cannot become nobody: %s",
+                 strerror(errno));
+        if (getegid() != 0) (void)setegid(0);
+        return -1;
+    }
+    return 1;
+}
+static TH_UNUSED void th_hostile_restore(int dropped) {
+    if (dropped != 1) return;
+    if (seteuid(0) != 0 || setegid(0) != 0) {
+        printf("# cannot become root again: %s\n", strerror(errno));
+        exit(1);
+    }
+}
+
+/* A reader under test: opens `path` (or what contains it) and returns its status; its own
+ * checks (nothing created, nothing changed) go inside with CHECK. */
+typedef dlt_status (*th_reader_fn)(const char *path, void *arg);
+
+/* Runs reader once per hostile kind planted at path, expecting DLT_ERR_IO with a message
+ * that names the path's directory and, except for the unsearchable directory (where the
+ * reader may stop at another file of it), the path's own name; then once with path a
+ * symlink to `good` (a readable file), expecting DLT_OK. `what` names the reader in
+ * failures. Returns the number of kinds skipped (root without seteuid). */
+static TH_UNUSED int th_hostile_check(const char *path, const char *good, th_reader_fn reader, void *arg,
+                                      const char *what) {
+    char dir[1024];
+    th_dirname(path, dir, sizeof dir);
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    (void)chmod(dir, 0755); /* "nobody" must reach the directory */
+    int skipped = 0;
+    for (int kind = 0; kind < TH_HOSTILE_COUNT; kind++) {
+        if (th_hostile_make(kind, path) != 0) {
+            th_fail(__FILE__, __LINE__, "%s: %s", what, th_skip_reason);
+            th_hostile_undo(kind, path);
+            continue;
+        }
+        int dropped = th_hostile_drop(kind);
+        if (dropped < 0) {
+            printf("# %s, %s: skipped (%s)\n", what, th_hostile_name(kind), th_skip_reason);
+            skipped++;
+            th_hostile_undo(kind, path);
+            continue;
+        }
+        dlt_clear_error();
+        dlt_status st = reader(path, arg);
+        th_hostile_restore(dropped);
+        const char *msg = dlt_last_error();
+        if (st != DLT_ERR_IO)
+            th_fail(__FILE__, __LINE__, "%s, %s at %s: status %d (%s), expected DLT_ERR_IO; message: %s", what,
+                    th_hostile_name(kind), path, st, dlt_status_string(st), msg);
+        else if (!strstr(msg, dir) || (kind != TH_HOSTILE_UNSEARCHABLE_DIR && !strstr(msg, base)))
+            th_fail(__FILE__, __LINE__, "%s, %s: the message does not name %s: %s", what, th_hostile_name(kind),
+                    path, msg);
+        th_hostile_undo(kind, path);
+    }
+    /* the control: a symlink to a readable file reads as the file */
+    if (symlink(good, path) != 0) {
+        th_fail(__FILE__, __LINE__, "%s: cannot make a symlink: %s", what, strerror(errno));
+        return skipped;
+    }
+    dlt_status st = reader(path, arg);
+    if (st != DLT_OK)
+        th_fail(__FILE__, __LINE__, "%s through a symlink to a good file: status %d: %s", what, st, dlt_last_error());
+    unlink(path);
+    return skipped;
 }
 
 #endif

@@ -82,8 +82,10 @@ DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_get_state(dlt_grad_scaler *s, d
                                                            double *backoff_factor,
                                                            int32_t *growth_interval,
                                                            int32_t *growth_tracker);
-/** load_state_dict: sets all five fields (validated as at creation; growth_tracker >= 0).
- *  Enqueued. Disabled: validates, then does nothing (as PyTorch). */
+/** load_state_dict: sets all five fields (validated as at creation, except that the scale
+ *  may be 0: a scaler reaches 0 itself after about 165 skipped steps in a row, as PyTorch's
+ *  does, and such a state must load; the scale must be finite in fp32 and not negative;
+ *  growth_tracker >= 0). Enqueued. Disabled: validates, then does nothing (as PyTorch). */
 DLT_API DLT_NODISCARD dlt_status dlt_grad_scaler_set_state(dlt_grad_scaler *s, double scale,
                                                            double growth_factor,
                                                            double backoff_factor,

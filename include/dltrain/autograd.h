@@ -37,11 +37,14 @@ extern "C" {
  * Runs backward from root.
  * @param root  the tensor to differentiate (a loss). It must have been produced by recorded
  *              ops (or be a leaf that requires grad).
- * @param grad  gradient of the output w.r.t. root (same shape and dtype), or NULL for a
- *              one-element root (then 1 is used, as loss.backward() does).
+ * @param grad  gradient of the output w.r.t. root: root's shape, any floating dtype (f32,
+ *              f16, bf16: converted to root's dtype, as PyTorch's engine converts it) and
+ *              any memory format; or NULL for a one-element root (then 1 is used, as
+ *              loss.backward() does).
  * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_STATE (nothing recorded for root,
  *         or backward already ran through it); DLT_ERR_SHAPE (grad shape, or NULL grad for a
- *         root with several elements); DLT_ERR_CONTEXT_MISMATCH; out of memory; device
+ *         root with several elements); DLT_ERR_DTYPE (an integer grad: PyTorch would convert
+ *         it, libdltrain refuses it as a mistake); DLT_ERR_CONTEXT_MISMATCH; out of memory; device
  *         errors. After a failure the accumulated gradients are unspecified: zero them and
  *         run the step again.
  */

@@ -34,7 +34,9 @@ typedef struct dlt_loader dlt_loader;
  * (N = 1..5, in order; at least one), TEST loads test_batch.bin.
  * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (unknown split);
  *         DLT_ERR_IO (no such directory, no batch file, unreadable file or not a regular
- *         file: the message names it); DLT_ERR_FORMAT (empty file, size not a multiple of
+ *         file: the message names it; a batch name that exists but cannot be opened, such
+ *         as a dangling or looping symlink or a file without read permission, is
+ *         unreadable, not absent); DLT_ERR_FORMAT (empty file, size not a multiple of
  *         3073, a label above 9: the message names the file and the record); out of memory.
  * Class names come from batches.meta.txt when present (else "class<i>").
  */

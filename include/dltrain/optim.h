@@ -32,10 +32,10 @@ typedef struct dlt_optimizer dlt_optimizer;
  * GradScaler).
  * A tensor listed twice (a tied weight) is one parameter: it is updated once per step.
  * @param params  n fp32 leaf tensors of one context (retained by the optimizer).
- * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (lr < 0, momentum < 0,
- *         weight_decay < 0, nesterov with momentum <= 0 or dampening != 0, n < 1, a tensor
- *         that does not require grad); DLT_ERR_DTYPE (not fp32); DLT_ERR_CONTEXT_MISMATCH;
- *         out of memory.
+ * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (lr < 0 or above FLT_MAX,
+ *         the largest fp32, in which the optimizer keeps it; momentum < 0, weight_decay < 0,
+ *         nesterov with momentum <= 0 or dampening != 0, n < 1, a tensor that does not
+ *         require grad); DLT_ERR_DTYPE (not fp32); DLT_ERR_CONTEXT_MISMATCH; out of memory.
  * On CUDA one step is one multi-tensor kernel launch (a few for very many parameters); when
  * a parameter has an autocast low-precision copy, the same kernel refreshes it.
  */
@@ -54,11 +54,13 @@ DLT_API DLT_NODISCARD dlt_status dlt_optimizer_zero_grad(dlt_optimizer *opt, int
 /** Sets the learning rate of every parameter group (an enqueued device write; no rebuild,
  *  valid inside a captured graph only if called outside it), as nanoGPT's loop over
  *  param_groups does. The next step uses lr; an active schedule takes lr as its new base
- *  from the next applied step on. */
+ *  from the next applied step on. DLT_ERR_INVALID_ARGUMENT for lr < 0, NaN or above
+ *  FLT_MAX (the lr is kept in fp32). */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_set_lr(dlt_optimizer *opt, double lr);
 /** Current learning rate (of parameter group 0). Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_get_lr(dlt_optimizer *opt, double *out);
-/** Number of applied steps (steps skipped by the GradScaler do not count). Synchronises. */
+/** Number of applied steps (steps skipped by the GradScaler do not count; the count
+ *  saturates at INT64_MAX). Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_step_count(dlt_optimizer *opt, int64_t *out);
 /** 1 if the last step was applied, 0 if the GradScaler skipped it. Synchronises. */
 DLT_API DLT_NODISCARD dlt_status dlt_optimizer_last_step_applied(dlt_optimizer *opt, int32_t *out);
@@ -78,7 +80,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_sgd_get_options(const dlt_optimizer *opt, d
 
 /* ---------------------------------------------------------------------------------------
  * Learning-rate schedules. They are evaluated on the device after every APPLIED step t
- * (t = 1, 2, ...): lr = base_lr * warmup(t) * main(t). Setting a schedule replaces the
+ * (t = 1, 2, ...): lr = base_lr * warmup(t) * main(t), at most FLT_MAX (the lr is kept in
+ * fp32; a growing StepLR stops there instead of reaching inf). Setting a schedule replaces the
  * previous one of the same kind (warm-up and main are independent). base_lr is the lr the
  * optimizer had when the first schedule was set.
  * t is the optimizer's applied-step count (dlt_optimizer_step_count): setting a schedule

@@ -100,7 +100,12 @@ DLT_API DLT_NODISCARD dlt_status dlt_tensor_cast(const dlt_tensor *src, int32_t 
 /** New tensor with the same values in another memory format. */
 DLT_API DLT_NODISCARD dlt_status dlt_tensor_to_format(const dlt_tensor *src, int32_t format, dlt_tensor **out);
 
-/** Sets every element to value (converted to the dtype). */
+/** Sets every element to value (converted to the dtype as PyTorch's fill_ converts it:
+ *  integer dtypes truncate toward zero, uint8 wraps -255..-1 to 1..255).
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT when the value does not
+ *  fit the dtype ("cannot be converted ... without overflow", as PyTorch says): NaN, inf or
+ *  a value outside the range of an integer dtype, a finite value beyond the largest of a
+ *  floating dtype (inf and NaN fill floating tensors). */
 DLT_API DLT_NODISCARD dlt_status dlt_tensor_fill(dlt_tensor *t, double value);
 /** Uniform values in [low, high) from the context's Philox generator. Element i of the
  *  logical (NCHW) order gets the same value on every device for the same seed and offset. */

@@ -18,6 +18,7 @@
  * errors (RuntimeError/AssertionError there, DLT_ERR_INVALID_STATE here, same wording).
  * At most DLT_SCALER_MAX_OPT optimizers can be in flight between two updates.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,7 +325,13 @@ dlt_status dlt_grad_scaler_set_state(dlt_grad_scaler *s, double scale, double gr
                                      int32_t growth_tracker) {
     static const char *F = "dlt_grad_scaler_set_state";
     DLT_NULL_CHECK(s, F);
-    DLT_CHECK(check_options(scale, growth_factor, backoff_factor, growth_interval, F));
+    DLT_CHECK(check_options(1.0, growth_factor, backoff_factor, growth_interval, F));
+    /* the range the scaler keeps the scale in, as PyTorch's _amp_update_scale_ does: growth
+     * stops short of inf, backoff goes down to 0 (a state dlt_checkpoint_save writes, so it
+     * must load) */
+    if (!(scale >= 0.0) || signbit(scale) || scale > FLT_MAX)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "the scale must be finite in fp32 and not negative, got %g", scale);
     if (growth_tracker < 0)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "growth_tracker %d is negative", growth_tracker);
     if (!s->enabled) return DLT_OK; /* PyTorch: load_state_dict is a no-op when disabled */

@@ -420,6 +420,13 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
             return dlt__err(DLT_ERR_SHAPE, F, "grad has shape %s but root has %s",
                             dlt__shape_str(grad, a, sizeof a), dlt__shape_str(root, b, sizeof b));
         }
+        /* a floating gradient of another dtype is converted to root's (PyTorch's engine does
+         * grad.to(dtype)); an integer one is a mistake, not a gradient */
+        if (!dlt__is_float(grad->dtype))
+            return dlt__err(DLT_ERR_DTYPE, F,
+                            "grad is %s; a gradient must be floating-point (f32, f16 or bf16; "
+                            "it is converted to root's %s)",
+                            dlt_dtype_name(grad->dtype), dlt_dtype_name(root->dtype));
     } else if (root->numel != 1) {
         char a[96];
         return dlt__err(DLT_ERR_SHAPE, F,

@@ -37,7 +37,7 @@ dlt_status dlt__cpu_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L) {
         }
     }
     for (int32_t i = 0; i < L->n; i++) steps[L->index[i]]++;
-    d->step++;
+    d->step = dlt__step_next(d->step);
     d->last_applied = 1;
     if (L->schedule)
         for (int32_t g = 0; g < L->n_groups; g++)

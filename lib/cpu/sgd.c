@@ -56,7 +56,7 @@ dlt_status dlt__cpu_sgd_step(dlt_ctx *ctx, const dlt_sgd_launch *L) {
     }
     if (L->bufs)
         for (int32_t i = 0; i < L->n; i++) flags[L->buf_index[i]] = 1;
-    d->step++;
+    d->step = dlt__step_next(d->step);
     d->last_applied = 1;
     if (L->schedule) d->lr = (float)dlt__lr_schedule_eval(L->schedule, d->base_lr, d->step);
     return DLT_OK;

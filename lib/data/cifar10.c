@@ -8,7 +8,9 @@
  * are and labels widened to int32.
  *
  * Files are untrusted input (a fuzzer is pointed at this reader): only regular files are
- * read, their size must be a whole number of records, every fread is checked, every label
+ * read, a batch name that exists but cannot be read (a dangling or looping symlink, no
+ * permission, an unsearchable directory) is an error naming it, never skipped as absent,
+ * their size must be a whole number of records, every fread is checked, every label
  * is validated, and nothing is trusted beyond the size fstat reported (a file that shrinks
  * under us is a read error, one that grows is read to the size seen). Refusals name the
  * file and, where one is at fault, the record. The dataset is assembled in chunks of
@@ -64,10 +66,16 @@ static dlt_status open_batch(const char *path, int optional, const char *F, batc
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        if (optional && e == ENOENT) {
+        /* absent means no directory entry at all: a dangling symlink under a batch name is
+         * a batch that cannot be read, not a missing one (open says ENOENT for both) */
+        struct stat lsb;
+        const int dangling = e == ENOENT && lstat(path, &lsb) == 0;
+        if (optional && e == ENOENT && !dangling) {
             *absent = 1;
             return DLT_OK;
         }
+        if (dangling)
+            return dlt__err(DLT_ERR_IO, F, "cannot open %s: it is a symlink to a missing file", path);
         return dlt__err(DLT_ERR_IO, F, "cannot open %s: %s", path, err_text(e, eb, sizeof eb));
     }
     struct stat sb;

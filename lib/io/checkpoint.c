@@ -17,10 +17,13 @@
  * The module's entries load into torchvision with load_state_dict(strict=True) after
  * dropping the optimizer./scaler./train. keys.
  *
- * Loading is all-or-nothing: parse and validate the whole file, check every name, dtype
- * and shape against the objects (reporting the first mismatch by name), stage what needs a
- * device-side conversion (channels-last weights, momentum buffers) in temporary tensors, and
- * only then write into the model, optimizer and scaler. The optimizer's state is replaced
+ * Loading is all-or-nothing: validate the file's header, check every name, dtype and shape
+ * against the objects (reporting the first mismatch by name; module_load.c matches the
+ * module), read every needed entry and stage what needs a device-side conversion
+ * (channels-last weights, momentum buffers) in temporary tensors, and only then write into
+ * the model, optimizer and scaler. Integers are written and read as integers (never through
+ * a double), and positions (train.epoch, train.step) are never negative: the library refuses
+ * to write what it would refuse to read. The optimizer's state is replaced
  * whole (PyTorch's load_state_dict): momentum buffers absent from the file are emptied, so
  * loading into objects that trained on after the save resumes exactly.
  */
@@ -36,139 +39,10 @@
 
 #define OPT_PREFIX "optimizer."
 #define MOM_PREFIX "optimizer.momentum_buffer."
-/* Adam/AdamW's per-parameter state keys, PyTorch's names (optim) */
+/* Adam/AdamW's per-parameter state keys, PyTorch's names */
 #define ADAM_KEY_NAME(k) ((k) == 0 ? "exp_avg" : (k) == 1 ? "exp_avg_sq" : "step")
 
 static int has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
-
-/* Entries a module-only load ignores. */
-static int training_entry(const char *name) {
-    return has_prefix(name, OPT_PREFIX) || has_prefix(name, "scaler.") || has_prefix(name, "train.");
-}
-
-static void shape_str(const int64_t *shape, int32_t ndim, char *buf, size_t n) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int32_t i = 0; i < ndim && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)shape[i]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-}
-
-/* Checks that file entry e can be loaded into t; messages name the tensor. */
-static dlt_status check_entry(const dlt__st_entry *e, const dlt_tensor *t, const char *name,
-                              const char *path, const char *func) {
-    if (e->dtype != t->dtype) {
-        const char *want = dlt__st_dtype_name(t->dtype);
-        return dlt__err(DLT_ERR_FORMAT, func, "tensor '%s' is %s in '%s' but %s in the model", name,
-                        e->dtype_name, path, want ? want : "?");
-    }
-    int same = e->ndim == t->ndim;
-    for (int32_t i = 0; same && i < e->ndim; i++) same = e->shape[i] == t->shape[i];
-    if (!same) {
-        char a[128], b[128];
-        shape_str(e->shape, e->ndim, a, sizeof a);
-        shape_str(t->shape, t->ndim, b, sizeof b);
-        return dlt__err(DLT_ERR_FORMAT, func, "tensor '%s' has shape %s in '%s' but %s in the model",
-                        name, a, path, b);
-    }
-    return DLT_OK;
-}
-
-/* One copy the commit phase performs. */
-typedef struct load_op {
-    dlt_tensor *dst;
-    const dlt__st_entry *src;
-    dlt_tensor *staged; /* temporary on dst's context when a conversion is needed, else NULL */
-    int32_t opt_index;  /* >= 0: a momentum buffer for optimizer parameter opt_index */
-    int32_t opt_slot;   /* which state tensor (dlt__optimizer_set_state_tensor) */
-} load_op;
-
-typedef struct load_plan {
-    load_op *ops;
-    int32_t n, cap;
-} load_plan;
-
-static void plan_free(load_plan *p) {
-    for (int32_t i = 0; i < p->n; i++) dlt_tensor_release(p->ops[i].staged);
-    free(p->ops);
-    memset(p, 0, sizeof *p);
-}
-
-static dlt_status plan_add(load_plan *p, dlt_tensor *dst, const dlt__st_entry *src,
-                           int32_t opt_index, int stage, dlt_ctx *ctx, const char *func) {
-    if (p->n == p->cap) {
-        int32_t cap = p->cap ? 2 * p->cap : 64;
-        load_op *ops = realloc(p->ops, (size_t)cap * sizeof *ops);
-        if (!ops) return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate the load plan");
-        p->ops = ops;
-        p->cap = cap;
-    }
-    load_op *op = &p->ops[p->n];
-    memset(op, 0, sizeof *op);
-    op->dst = dst;
-    op->src = src;
-    op->opt_index = opt_index;
-    if (stage) /* staged through a contiguous tensor: the copy converts on the device */
-        DLT_CHECK(dlt_tensor_from_host(ctx, src->dtype, src->shape, src->ndim,
-                                       DLT_FORMAT_CONTIGUOUS, src->data,
-                                       (size_t)(src->end - src->begin), &op->staged));
-    p->n++;
-    return DLT_OK;
-}
-
-/* Validates the module's entries against the file and plans their copies. used[i] is set
- * for every file entry the module takes. */
-static dlt_status plan_module(dlt_module *m, const dlt__st_file *f, const char *path,
-                              uint8_t *used, load_plan *plan, const char *func) {
-    DLT_CHECK(dlt__module_flat(m, func));
-    for (int32_t i = 0; i < m->n_flat; i++) {
-        const dlt__state_entry *s = &m->flat[i];
-        int32_t k = dlt__safetensors_find(f, s->name);
-        if (k < 0)
-            return dlt__err(DLT_ERR_FORMAT, func, "'%s' has no tensor '%s' (the model needs it)",
-                            path, s->name);
-        DLT_CHECK(check_entry(&f->e[k], s->tensor, s->name, path, func));
-        used[k] = 1;
-    }
-    for (int32_t k = 0; k < f->n; k++)
-        if (!used[k] && !training_entry(f->e[k].name))
-            return dlt__err(DLT_ERR_FORMAT, func,
-                            "'%s' holds tensor '%.200s', which the model does not have", path,
-                            f->e[k].name);
-    for (int32_t i = 0; i < m->n_flat; i++) {
-        const dlt__state_entry *s = &m->flat[i];
-        const dlt__st_entry *e = &f->e[dlt__safetensors_find(f, s->name)];
-        DLT_CHECK(plan_add(plan, s->tensor, e, -1, s->tensor->format != DLT_FORMAT_CONTIGUOUS,
-                           m->ctx, func));
-    }
-    return DLT_OK;
-}
-
-static dlt_status commit(dlt_module *m, dlt_optimizer *opt, load_plan *plan, const char *func) {
-    /* the optimizer's state is replaced, as by PyTorch's load_state_dict: a buffer that
-     * holds data now but had none when the file was saved is emptied (else a rollback into
-     * objects that trained on would keep momentum from after the checkpoint) */
-    for (int32_t k = 0; opt && k < dlt_optimizer_num_params(opt); k++) {
-        int in_file = 0;
-        for (int32_t i = 0; i < plan->n && !in_file; i++) in_file = plan->ops[i].opt_index == k;
-        if (in_file) continue;
-        dlt_status st = dlt__optimizer_reset_momentum_buffer(opt, k);
-        if (st != DLT_OK) return dlt__err_wrap(st, func);
-    }
-    for (int32_t i = 0; i < plan->n; i++) {
-        load_op *op = &plan->ops[i];
-        dlt_status st;
-        if (op->opt_index >= 0)
-            st = dlt__optimizer_set_state_tensor(opt, op->opt_index, op->opt_slot, op->staged);
-        else if (op->staged)
-            st = dlt_tensor_copy(op->dst, op->staged);
-        else
-            st = dlt_tensor_copy_from_host(op->dst, op->src->data, (size_t)(op->src->end - op->src->begin));
-        if (st != DLT_OK) return dlt__err_wrap(st, func);
-    }
-    /* num_batches_tracked now holds the file's counts */
-    dlt__module_reset_tracked(m);
-    return DLT_OK;
-}
 
 dlt_status dlt_module_save(const dlt_module *cm, const char *path) {
     static const char *F = "dlt_module_save";
@@ -186,25 +60,6 @@ dlt_status dlt_module_save(const dlt_module *cm, const char *path) {
     }
     dlt_status st = dlt__safetensors_write(path, e, m->n_flat, F);
     free(e);
-    return st;
-}
-
-dlt_status dlt_module_load(dlt_module *m, const char *path) {
-    static const char *F = "dlt_module_load";
-    DLT_NULL_CHECK(m, F);
-    DLT_NULL_CHECK(path, F);
-    DLT_CHECK(dlt__ctx_ok(m->ctx, F));
-    dlt__st_file file;
-    DLT_CHECK(dlt__safetensors_read(path, F, &file));
-    load_plan plan = {0};
-    dlt_status st = DLT_OK;
-    uint8_t *used = calloc((size_t)(file.n ? file.n : 1), 1);
-    if (!used) st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate %d flags", file.n);
-    if (st == DLT_OK) st = plan_module(m, &file, path, used, &plan, F);
-    if (st == DLT_OK) st = commit(m, NULL, &plan, F);
-    plan_free(&plan);
-    free(used);
-    dlt__safetensors_free(&file);
     return st;
 }
 
@@ -226,12 +81,17 @@ static void put_scalar(scalar_out *s, int32_t *n, const char *name, int32_t dtyp
     scalar_out *o = &s[(*n)++];
     snprintf(o->name, sizeof o->name, "%s", name);
     o->dtype = dtype;
-    switch (dtype) {
-    case DLT__ST_F64: o->v.f64 = v; break;
-    case DLT_F32: o->v.f32 = (float)v; break;
-    case DLT_I64: o->v.i64 = (int64_t)v; break;
-    default: o->v.i32 = (int32_t)v; break;
-    }
+    if (dtype == DLT__ST_F64) o->v.f64 = v;
+    else o->v.f32 = (float)v;
+}
+/* Integers never pass through a double: a count above 2^53 would lose digits, and
+ * INT64_MAX would become 2^63, which no int64 holds. */
+static void put_int(scalar_out *s, int32_t *n, const char *name, int32_t dtype, int64_t v) {
+    scalar_out *o = &s[(*n)++];
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->dtype = dtype;
+    if (dtype == DLT_I64) o->v.i64 = v;
+    else o->v.i32 = (int32_t)v;
 }
 
 /* Every optimizer parameter must be a parameter of m (matched by identity). */
@@ -255,7 +115,7 @@ static dlt_status check_opt_params(dlt_module *m, dlt_optimizer *opt, const char
     return DLT_OK;
 }
 
-/* ---- tied weights, Adam/AdamW state and parameter groups, save side (optim) ---- */
+/* ---- tied weights, Adam/AdamW state and parameter groups, save side ---- */
 
 /* Index of the first flat entry holding the same tensor as entry i (i itself if none). */
 static int32_t first_name_of(const dlt_module *m, int32_t i) {
@@ -325,6 +185,10 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
     DLT_NULL_CHECK(path, F);
     DLT_NULL_CHECK(cm, F);
     dlt_module *m = (dlt_module *)cm;
+    /* what dlt_checkpoint_load refuses is never written */
+    if (epoch < 0 || step < 0)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "epoch (%lld) and step (%lld) must not be "
+                        "negative", (long long)epoch, (long long)step);
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
     DLT_CHECK(dlt__module_sync_buffers(m, F));
     DLT_CHECK(dlt__module_flat(m, F));
@@ -339,7 +203,7 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
         st = dlt__optimizer_get_state(opt, &lr, &steps);
         if (st != DLT_OK) return dlt__err_wrap(st, F);
         put_scalar(sc, &nsc, "optimizer.lr", DLT__ST_F64, lr);
-        put_scalar(sc, &nsc, "optimizer.step_count", DLT_I64, (double)steps);
+        put_int(sc, &nsc, "optimizer.step_count", DLT_I64, steps);
         st = group_lr_scalars(opt, sc, &nsc, F);
         if (st != DLT_OK) return st;
     }
@@ -351,15 +215,11 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
         put_scalar(sc, &nsc, "scaler.scale", DLT_F32, scale);
         put_scalar(sc, &nsc, "scaler.growth_factor", DLT__ST_F64, gf);
         put_scalar(sc, &nsc, "scaler.backoff_factor", DLT__ST_F64, bf);
-        put_scalar(sc, &nsc, "scaler.growth_interval", DLT_I32, gi);
-        put_scalar(sc, &nsc, "scaler._growth_tracker", DLT_I32, gt);
+        put_int(sc, &nsc, "scaler.growth_interval", DLT_I32, gi);
+        put_int(sc, &nsc, "scaler._growth_tracker", DLT_I32, gt);
     }
-    sc[nsc].v.i64 = epoch;
-    snprintf(sc[nsc].name, sizeof sc[nsc].name, "train.epoch");
-    sc[nsc++].dtype = DLT_I64;
-    sc[nsc].v.i64 = step;
-    snprintf(sc[nsc].name, sizeof sc[nsc].name, "train.step");
-    sc[nsc++].dtype = DLT_I64;
+    put_int(sc, &nsc, "train.epoch", DLT_I64, epoch);
+    put_int(sc, &nsc, "train.step", DLT_I64, step);
 
     /* module entries, momentum buffers or Adam state (3 per parameter), scalars */
     int32_t cap = m->n_flat * 4 + nsc;
@@ -419,8 +279,11 @@ done:
 
 /* Reads a one-element numeric entry as a double. want_int: integer dtypes only; else
  * floating only. */
+/* Reads a one-element numeric entry: want_int, an integer (I64/I32) into *i; else a float
+ * (F64/F32) into *d. */
 static dlt_status read_scalar(const dlt__st_file *f, const char *name, int want_int,
-                              const char *path, const char *func, double *out) {
+                              const char *func, double *d, int64_t *i) {
+    const char *path = f->path;
     int32_t k = dlt__safetensors_find(f, name);
     if (k < 0) return dlt__err(DLT_ERR_FORMAT, func, "'%s' has no '%s'", path, name);
     const dlt__st_entry *e = &f->e[k];
@@ -430,23 +293,33 @@ static dlt_status read_scalar(const dlt__st_file *f, const char *name, int want_
         return dlt__err(DLT_ERR_FORMAT, func, "'%s' in '%s' must be one %s value, got %s with %lld "
                         "elements", name, path, want_int ? "integer (I64/I32)" : "float (F64/F32)",
                         e->dtype_name, (long long)e->numel);
+    unsigned char b[8];
+    DLT_CHECK(dlt__safetensors_read_entry(f, e, b, func));
     switch (e->dtype) {
-    case DLT__ST_F64: { double v; memcpy(&v, e->data, 8); *out = v; break; }
-    case DLT_F32: { float v; memcpy(&v, e->data, 4); *out = v; break; }
-    case DLT_I64: { int64_t v; memcpy(&v, e->data, 8); *out = (double)v; break; }
-    default: { int32_t v; memcpy(&v, e->data, 4); *out = v; break; }
+    case DLT__ST_F64: memcpy(d, b, 8); break;
+    case DLT_F32: { float v; memcpy(&v, b, 4); *d = v; break; }
+    case DLT_I64: memcpy(i, b, 8); break; /* exact beyond 2^53 */
+    default: { int32_t v; memcpy(&v, b, 4); *i = v; break; }
     }
     return DLT_OK;
 }
 
-static dlt_status read_i64(const dlt__st_file *f, const char *name, const char *path,
-                           const char *func, int64_t *out) {
-    int32_t k = dlt__safetensors_find(f, name);
-    double d;
-    DLT_CHECK(read_scalar(f, name, 1, path, func, &d));
-    const dlt__st_entry *e = &f->e[k];
-    if (e->dtype == DLT_I64) memcpy(out, e->data, 8); /* exact beyond 2^53 */
-    else *out = (int64_t)d;
+static dlt_status read_f64(const dlt__st_file *f, const char *name, const char *func, double *out) {
+    return read_scalar(f, name, 0, func, out, NULL);
+}
+
+static dlt_status read_i64(const dlt__st_file *f, const char *name, const char *func, int64_t *out) {
+    return read_scalar(f, name, 1, func, NULL, out);
+}
+
+/* train.epoch / train.step: counts, never negative (a negative step made a resumed run
+ * take more steps than asked for, a negative epoch failed later without naming the file) */
+static dlt_status read_position(const dlt__st_file *f, const char *name, const char *func,
+                                int64_t *out) {
+    DLT_CHECK(read_i64(f, name, func, out));
+    if (*out < 0)
+        return dlt__err(DLT_ERR_FORMAT, func, "'%s' in '%s' is negative (%lld)", name, f->path,
+                        (long long)*out);
     return DLT_OK;
 }
 
@@ -457,7 +330,7 @@ typedef struct opt_state {
     int32_t *param_steps;                  /* Adam/AdamW: per parameter, 0 = no state (owned) */
 } opt_state;
 
-/* ---- Adam/AdamW state and parameter groups, load side (optim) ---- */
+/* ---- Adam/AdamW state and parameter groups, load side ---- */
 /* Index of the Adam key that name starts with ("optimizer.<key>."), -1 if none; *pname
  * receives the rest. */
 static int adam_key_of(const char *name, const char **pname) {
@@ -474,13 +347,14 @@ static int adam_key_of(const char *name, const char **pname) {
 
 /* Validates the Adam entries and plans the moment copies: every parameter with state has
  * all three keys, step an integral value >= 1; groups >= 1 have their lr. */
-static dlt_status plan_adam(dlt_module *m, dlt_optimizer *opt, const dlt__st_file *f,
-                            const char *path, load_plan *plan, opt_state *os, const char *func) {
+static dlt_status plan_adam(dlt_module *m, dlt_optimizer *opt, const dlt__st_file *f, dlt__load_plan *plan,
+                            opt_state *os, const char *func) {
+    const char *path = f->path;
     const int32_t np = dlt_optimizer_num_params(opt), ng = dlt_optimizer_num_param_groups(opt);
     for (int32_t g = 1; g < ng; g++) {
         char name[48];
         snprintf(name, sizeof name, OPT_PREFIX "param_groups.%d.lr", g);
-        DLT_CHECK(read_scalar(f, name, 0, path, func, &os->group_lr[g]));
+        DLT_CHECK(read_f64(f, name, func, &os->group_lr[g]));
         if (!(os->group_lr[g] >= 0) || os->group_lr[g] > FLT_MAX)
             return dlt__err(DLT_ERR_FORMAT, func, "'%s' in '%s' is %g, not a valid lr", name, path,
                             os->group_lr[g]);
@@ -525,13 +399,13 @@ static dlt_status plan_adam(dlt_module *m, dlt_optimizer *opt, const dlt__st_fil
         }
         have[idx] |= (uint8_t)(1u << key);
         if (key < 2) {
-            st = check_entry(e, s->tensor, e->name, path, func);
-            if (st == DLT_OK) st = plan_add(plan, NULL, e, idx, 1, m->ctx, func);
+            st = dlt__check_entry(e, s->tensor, e->name, path, func);
+            if (st == DLT_OK) st = dlt__plan_add(plan, f, NULL, e, idx, 1, m->ctx, func);
             if (st == DLT_OK) plan->ops[plan->n - 1].opt_slot = key;
             continue;
         }
         double v = 0;
-        st = read_scalar(f, e->name, 0, path, func, &v);
+        st = read_f64(f, e->name, func, &v);
         if (st == DLT_OK && !(v >= 1.0 && v <= (double)INT32_MAX && v == floor(v)))
             st = dlt__err(DLT_ERR_FORMAT, func, "'%.200s' in '%s' is %g, not a step count >= 1", e->name,
                           path, v);
@@ -555,19 +429,19 @@ static dlt_status commit_adam(dlt_optimizer *opt, const opt_state *os) {
 }
 
 static dlt_status plan_optimizer(dlt_module *m, dlt_optimizer *opt, const dlt__st_file *f,
-                                 const char *path, load_plan *plan, opt_state *os,
-                                 const char *func) {
+                                 dlt__load_plan *plan, opt_state *os, const char *func) {
+    const char *path = f->path;
     DLT_CHECK(check_opt_params(m, opt, func));
-    DLT_CHECK(read_scalar(f, "optimizer.lr", 0, path, func, &os->lr));
+    DLT_CHECK(read_f64(f, "optimizer.lr", func, &os->lr));
     /* the optimizer keeps lr in fp32: an F64 lr beyond its range would become inf */
     if (!(os->lr >= 0) || os->lr > FLT_MAX)
         return dlt__err(DLT_ERR_FORMAT, func, "'optimizer.lr' in '%s' is %g, not a valid lr", path,
                         os->lr);
-    DLT_CHECK(read_i64(f, "optimizer.step_count", path, func, &os->steps));
+    DLT_CHECK(read_i64(f, "optimizer.step_count", func, &os->steps));
     if (os->steps < 0)
         return dlt__err(DLT_ERR_FORMAT, func, "'optimizer.step_count' in '%s' is negative (%lld)",
                         path, (long long)os->steps);
-    if (dlt__optimizer_kind(opt) == DLT__OPT_ADAM) return plan_adam(m, opt, f, path, plan, os, func);
+    if (dlt__optimizer_kind(opt) == DLT__OPT_ADAM) return plan_adam(m, opt, f, plan, os, func);
     double momentum = 0;
     DLT_CHECK(dlt_sgd_get_options(opt, &momentum, NULL, NULL, NULL, NULL));
     for (int32_t k = 0; k < f->n; k++) {
@@ -591,8 +465,8 @@ static dlt_status plan_optimizer(dlt_module *m, dlt_optimizer *opt, const dlt__s
             return dlt__err(DLT_ERR_FORMAT, func,
                             "'%s' holds momentum buffers ('%.200s') but the optimizer has momentum 0",
                             path, e->name);
-        DLT_CHECK(check_entry(e, s->tensor, e->name, path, func));
-        DLT_CHECK(plan_add(plan, NULL, e, idx, 1, m->ctx, func));
+        DLT_CHECK(dlt__check_entry(e, s->tensor, e->name, path, func));
+        DLT_CHECK(dlt__plan_add(plan, f, NULL, e, idx, 1, m->ctx, func));
     }
     return DLT_OK;
 }
@@ -602,16 +476,17 @@ typedef struct scaler_state {
     int64_t gi, gt;
 } scaler_state;
 
-static dlt_status plan_scaler(const dlt__st_file *f, const char *path, scaler_state *s,
-                              const char *func) {
-    DLT_CHECK(read_scalar(f, "scaler.scale", 0, path, func, &s->scale));
-    DLT_CHECK(read_scalar(f, "scaler.growth_factor", 0, path, func, &s->gf));
-    DLT_CHECK(read_scalar(f, "scaler.backoff_factor", 0, path, func, &s->bf));
-    DLT_CHECK(read_i64(f, "scaler.growth_interval", path, func, &s->gi));
-    DLT_CHECK(read_i64(f, "scaler._growth_tracker", path, func, &s->gt));
+static dlt_status plan_scaler(const dlt__st_file *f, scaler_state *s, const char *func) {
+    const char *path = f->path;
+    DLT_CHECK(read_f64(f, "scaler.scale", func, &s->scale));
+    DLT_CHECK(read_f64(f, "scaler.growth_factor", func, &s->gf));
+    DLT_CHECK(read_f64(f, "scaler.backoff_factor", func, &s->bf));
+    DLT_CHECK(read_i64(f, "scaler.growth_interval", func, &s->gi));
+    DLT_CHECK(read_i64(f, "scaler._growth_tracker", func, &s->gt));
     /* the rules of dlt_grad_scaler_set_state, checked here so that nothing changes on
-     * failure; the scale lives in fp32, where an F64 scale must stay finite and non-zero */
-    if (!(s->scale > 0) || s->scale > FLT_MAX || !((float)s->scale > 0.0f) || !(s->gf > 1) ||
+     * failure: the scale lives in fp32, where it must be finite; 0 is a state the scaler
+     * reaches itself (and PyTorch's), so it loads */
+    if (!(s->scale >= 0) || signbit(s->scale) || s->scale > FLT_MAX || !(s->gf > 1) ||
         !isfinite(s->gf) ||
         !(s->bf > 0 && s->bf < 1) || s->gi < 1 || s->gi > INT32_MAX || s->gt < 0 ||
         s->gt > INT32_MAX)
@@ -629,23 +504,21 @@ dlt_status dlt_checkpoint_load(const char *path, dlt_module *m, dlt_optimizer *o
     DLT_NULL_CHECK(m, F);
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
     dlt__st_file file;
-    DLT_CHECK(dlt__safetensors_read(path, F, &file));
-    load_plan plan = {0};
+    DLT_CHECK(dlt__safetensors_open(path, F, &file));
+    dlt__load_plan plan = {0};
     opt_state os = {0};
     scaler_state ss = {0};
     int64_t ep = 0, sp = 0;
     const int use_scaler = scaler && dlt_grad_scaler_is_enabled(scaler);
     dlt_status st = DLT_OK;
-    uint8_t *used = calloc((size_t)(file.n ? file.n : 1), 1);
-    if (!used) st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate %d flags", file.n);
     /* validate and stage everything */
-    if (st == DLT_OK) st = plan_module(m, &file, path, used, &plan, F);
-    if (st == DLT_OK && opt) st = plan_optimizer(m, opt, &file, path, &plan, &os, F);
-    if (st == DLT_OK && use_scaler) st = plan_scaler(&file, path, &ss, F);
-    if (st == DLT_OK && epoch) st = read_i64(&file, "train.epoch", path, F, &ep);
-    if (st == DLT_OK && step) st = read_i64(&file, "train.step", path, F, &sp);
+    if (st == DLT_OK) st = dlt__plan_module(m, &file, 1, NULL, NULL, &plan, NULL, F);
+    if (st == DLT_OK && opt) st = plan_optimizer(m, opt, &file, &plan, &os, F);
+    if (st == DLT_OK && use_scaler) st = plan_scaler(&file, &ss, F);
+    if (st == DLT_OK && epoch) st = read_position(&file, "train.epoch", F, &ep);
+    if (st == DLT_OK && step) st = read_position(&file, "train.step", F, &sp);
     /* then change things */
-    if (st == DLT_OK) st = commit(m, opt, &plan, F);
+    if (st == DLT_OK) st = dlt__commit(m, opt, &plan, F);
     if (st == DLT_OK && opt) {
         st = dlt__optimizer_set_state(opt, os.lr, os.steps);
         if (st == DLT_OK && dlt__optimizer_kind(opt) == DLT__OPT_ADAM) st = commit_adam(opt, &os);
@@ -658,9 +531,8 @@ dlt_status dlt_checkpoint_load(const char *path, dlt_module *m, dlt_optimizer *o
     }
     if (st == DLT_OK && epoch) *epoch = ep;
     if (st == DLT_OK && step) *step = sp;
-    plan_free(&plan);
+    dlt__plan_free(&plan);
     free(os.param_steps);
-    free(used);
     dlt__safetensors_free(&file);
     return st;
 }

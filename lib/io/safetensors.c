@@ -1,7 +1,7 @@
 /*
- * safetensors.c - the safetensors format (https://github.com/huggingface/safetensors):
- * a validating reader, an atomic writer, and the public dlt_safetensors_save /
- * dlt_safetensors_load_tensor.
+ * safetensors.c - reading the safetensors format (https://github.com/huggingface/safetensors):
+ * the validating header reader, entry reads, and the public file handle (dlt_safetensors_*)
+ * and dlt_safetensors_load_tensor. The writer is safetensors_write.c.
  *
  * Layout: u64 little-endian N, then N bytes of JSON header
  *   {"__metadata__": {"k": "v", ...},            (optional; string values only)
@@ -10,22 +10,23 @@
  * the safetensors library itself: the header starts with '{' and may be padded with
  * whitespace; every tensor's byte range is dtype size x shape; the ranges, ordered by
  * offset, tile the data section exactly from 0 to its end (no gap, no overlap, no trailing
- * bytes); names are unique. Everything is checked before anything is used, with
- * overflow-checked arithmetic, and the reader never reads outside the given buffer: it is
- * meant to face hostile files (a fuzzer drives dlt__safetensors_parse).
+ * bytes); names are unique. And the rules that make every reader see the same names (cJSON
+ * decodes "\u0000" into a NUL that would end our C string early, while Python's json keeps
+ * the rest; cJSON keeps the first of two equal fields, serde and Python the last): no NUL
+ * anywhere in a string, no raw control byte inside a string (invalid JSON), names and
+ * metadata keys valid UTF-8 without control characters, no duplicate field in an entry or
+ * in "__metadata__". Everything is checked with overflow-checked arithmetic against the
+ * size fstat gives before any data byte is read: the file is read in two small reads (the
+ * length, the header), then only the tensors asked for, with pread. A hostile file costs
+ * at most the 100 MB header limit in memory and never a read outside the file.
  *
- * Writing orders the data by element size, largest first, as the safetensors library does,
- * so every tensor starts at a multiple of its element size (the header is padded with
- * spaces to a multiple of 8). The file is written as "<path>.tmp-<pid>" with plain write()
- * calls (no stdio buffer whose flush could fail unnoticed), fsynced, closed and renamed over
- * path; the directory is fsynced after the rename. A failed save removes its temporary file
- * and leaves path as it was. The file operations go through one set of helpers, which
- * dlt_testing_fail_write can make fail.
+ * Why pread and not mmap: a mapping of a file another process truncates raises SIGBUS on
+ * the next access, a crash the library must not have; pread reports a short read instead.
+ * Both copy each byte once (page cache -> tensor), so a load costs the same.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,13 +63,27 @@ const char *dlt__st_dtype_name(int32_t dtype) {
     return NULL;
 }
 
-static uint32_t st_dtype_size(int32_t dtype) {
+uint32_t dlt__st_dtype_size(int32_t dtype) {
     for (int i = 0; i < N_ST_DTYPES; i++)
         if (ST_DTYPES[i].code == dtype) return ST_DTYPES[i].size;
     return 0;
 }
 
-/* ---- reading ---- */
+int dlt__st_name_ok(const char *str) {
+    const unsigned char *c = (const unsigned char *)str;
+    while (*c) {
+        int len = *c < 0x80 ? 1 : (*c & 0xE0) == 0xC0 ? 2 : (*c & 0xF0) == 0xE0 ? 3 : (*c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || (len == 2 && *c < 0xC2)) return 0;
+        for (int i = 1; i < len; i++)
+            if ((c[i] & 0xC0) != 0x80) return 0;
+        if (*c < 0x20 || *c == 0x7F) return 0;         /* C0 controls, DEL */
+        if (*c == 0xC2 && c[1] >= 0x80 && c[1] <= 0x9F) return 0; /* C1 controls */
+        c += len;
+    }
+    return 1;
+}
+
+/* ---- the header ---- */
 
 #define FMT_ERR(...) dlt__err(DLT_ERR_FORMAT, func, __VA_ARGS__)
 
@@ -86,6 +101,44 @@ static const char *ws_end(const char *p, const char *end) {
     return p;
 }
 
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The raw header's strings, before cJSON decodes them: a NUL (raw or "\u0000") would end
+ * the decoded C string early, so a name would read differently here and in other readers;
+ * a raw control byte inside a string is invalid JSON (Python's json and serde refuse it).
+ * Control characters written as escapes are caught on the decoded names instead. */
+static dlt_status scan_strings(const char *h, size_t n, const char *func) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)h[i];
+        if (c == 0) return FMT_ERR("the header holds a NUL byte at byte %zu", i);
+        if (!in_str) {
+            in_str = c == '"';
+            continue;
+        }
+        if (c == '"') {
+            in_str = 0;
+        } else if (c < 0x20) {
+            return FMT_ERR("the header has a raw control byte (0x%02x) inside a string at byte %zu",
+                           c, i);
+        } else if (c == '\\' && i + 1 < n) {
+            i++;
+            if (h[i] == 'u' && i + 4 < n) {
+                int v = 0;
+                for (int k = 1; k <= 4; k++) v = v * 16 + (hexval(h[i + k]) < 0 ? 16 : hexval(h[i + k]));
+                if (v == 0)
+                    return FMT_ERR("the header has a NUL character (\\u0000) inside a string at byte "
+                                   "%zu: readers would disagree on where the string ends",
+                                   i - 1);
+                i += 4;
+            }
+        }
+    }
+    return DLT_OK;
+}
+
 static _Thread_local const dlt__st_file *g_sort_file; /* qsort has no context argument */
 static int cmp_name(const void *a, const void *b) {
     return strcmp(g_sort_file->e[*(const int32_t *)a].name, g_sort_file->e[*(const int32_t *)b].name);
@@ -100,11 +153,25 @@ static int cmp_offset(const void *a, const void *b) {
 
 void dlt__safetensors_free(dlt__st_file *f) {
     if (!f) return;
-    free(f->owned);
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
     free(f->e);
     free(f->by_name);
-    free(f->names);
+    free(f->meta);
+    free(f->strings);
     memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+/* The object field `key` of item, or NULL; *dup set when it appears more than once. */
+static const cJSON *field(const cJSON *item, const char *key, int *dup) {
+    const cJSON *found = NULL;
+    for (const cJSON *c = item->child; c; c = c->next)
+        if (c->string && strcmp(c->string, key) == 0) {
+            if (found) *dup = 1;
+            found = c;
+        }
+    return found;
 }
 
 /* Validates one tensor entry of the header into e (name set by the caller). */
@@ -112,9 +179,13 @@ static dlt_status parse_entry(const cJSON *item, const char *name, uint64_t data
                               const char *func, dlt__st_entry *e) {
     if (!cJSON_IsObject(item))
         return FMT_ERR("header entry '%.200s' is not an object", name);
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
-    const cJSON *of = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    int dup = 0;
+    const cJSON *dt = field(item, "dtype", &dup);
+    const cJSON *sh = field(item, "shape", &dup);
+    const cJSON *of = field(item, "data_offsets", &dup);
+    if (dup)
+        return FMT_ERR("tensor '%.200s' has a field twice (readers differ on which one counts)",
+                       name);
     if (!cJSON_IsString(dt) || !dt->valuestring)
         return FMT_ERR("tensor '%.200s' has no \"dtype\" string", name);
     int k = 0;
@@ -153,7 +224,7 @@ static dlt_status parse_entry(const cJSON *item, const char *name, uint64_t data
                        "section has %llu bytes (truncated file?)",
                        name, (unsigned long long)e->begin, (unsigned long long)e->end,
                        (unsigned long long)data_size);
-    uint64_t need = numel * st_dtype_size(e->dtype); /* < 2^65? no: numel < 2^62, size <= 8 */
+    uint64_t need = numel * dlt__st_dtype_size(e->dtype); /* numel < 2^62, size <= 8 */
     if (numel > (((uint64_t)1 << 62) / 8) || e->end - e->begin != need)
         return FMT_ERR("tensor '%.200s' has %llu bytes of data but dtype %s with %llu elements "
                        "needs %llu",
@@ -162,32 +233,34 @@ static dlt_status parse_entry(const cJSON *item, const char *name, uint64_t data
     return DLT_OK;
 }
 
-dlt_status dlt__safetensors_parse(const void *buf, size_t size, const char *func, dlt__st_file *out) {
-    memset(out, 0, sizeof *out);
-    const unsigned char *b = buf;
-    if (!b && size) return dlt__err(DLT_ERR_NULL_POINTER, func, "argument 'buf' is NULL");
-    if (size < 8)
-        return FMT_ERR("truncated file: %zu bytes, fewer than the 8-byte header length", size);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
-    if (hlen > (uint64_t)(size - 8))
-        return FMT_ERR("bad header length %llu: only %zu bytes follow it (truncated or corrupt file)",
-                       (unsigned long long)hlen, size - 8);
-    if (hlen > DLT__ST_MAX_HEADER)
-        return FMT_ERR("bad header length %llu: more than the %llu-byte limit",
-                       (unsigned long long)hlen, (unsigned long long)DLT__ST_MAX_HEADER);
-    const char *h = (const char *)b + 8;
-    if (hlen < 2 || h[0] != '{')
-        return FMT_ERR("the header does not start with a JSON object ('{')");
-    const uint64_t data_size = (uint64_t)(size - 8) - hlen;
-    const unsigned char *data = b + 8 + hlen;
+/* "__metadata__": an object of strings with unique keys that are names; counts into *n and
+ * the bytes its keys and values need into *len. */
+static dlt_status check_metadata(const cJSON *it, int32_t *n, size_t *len, const char *func) {
+    if (!cJSON_IsObject(it)) return FMT_ERR("'__metadata__' must be an object of strings");
+    for (const cJSON *kv = it->child; kv; kv = kv->next) {
+        if (!cJSON_IsString(kv) || !kv->valuestring)
+            return FMT_ERR("'__metadata__' value '%.200s' is not a string", kv->string ? kv->string : "");
+        if (!kv->string || !dlt__st_name_ok(kv->string))
+            return FMT_ERR("a '__metadata__' key is not UTF-8 text without control characters");
+        for (const cJSON *o = it->child; o != kv; o = o->next)
+            if (strcmp(o->string, kv->string) == 0)
+                return FMT_ERR("'__metadata__' key '%.200s' appears twice", kv->string);
+        ++*n;
+        *len += strlen(kv->string) + strlen(kv->valuestring) + 2; /* bounded by the header */
+    }
+    return DLT_OK;
+}
 
+/* Parses and validates a header of hlen bytes for a data section of data_size bytes. */
+static dlt_status parse_header(const char *h, size_t hlen, uint64_t data_size, const char *func,
+                               dlt__st_file *out) {
+    if (hlen < 2 || h[0] != '{') return FMT_ERR("the header does not start with a JSON object ('{')");
+    DLT_CHECK(scan_strings(h, hlen, func));
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, 0);
+    cJSON *root = cJSON_ParseWithLengthOpts(h, hlen, &end, 0);
     if (!root) {
         size_t at = (end && end >= h && end <= h + hlen) ? (size_t)(end - h) : 0;
-        return FMT_ERR("the header is not valid JSON (error near byte %zu of %llu)", at,
-                       (unsigned long long)hlen);
+        return FMT_ERR("the header is not valid JSON (error near byte %zu of %zu)", at, hlen);
     }
     dlt_status st = DLT_OK;
     if (!end || ws_end(end, h + hlen) != h + hlen) {
@@ -198,34 +271,32 @@ dlt_status dlt__safetensors_parse(const void *buf, size_t size, const char *func
         st = FMT_ERR("the header is not a JSON object");
         goto fail;
     }
-    /* count the tensors; validate __metadata__ */
+    /* count the tensors; validate names and __metadata__ */
     int64_t n = 0;
-    size_t names_len = 0;
-    int meta_seen = 0;
+    int32_t n_meta = 0;
+    size_t strings_len = 0;
+    const cJSON *meta = NULL;
     for (const cJSON *it = root->child; it; it = it->next) {
         if (!it->string) {
             st = FMT_ERR("a header entry has no name");
             goto fail;
         }
         if (strcmp(it->string, "__metadata__") == 0) {
-            if (meta_seen++) {
+            if (meta) {
                 st = FMT_ERR("duplicate name '__metadata__' in the header");
                 goto fail;
             }
-            if (!cJSON_IsObject(it)) {
-                st = FMT_ERR("'__metadata__' must be an object of strings");
-                goto fail;
-            }
-            for (const cJSON *kv = it->child; kv; kv = kv->next)
-                if (!cJSON_IsString(kv)) {
-                    st = FMT_ERR("'__metadata__' value '%.200s' is not a string",
-                                 kv->string ? kv->string : "");
-                    goto fail;
-                }
+            meta = it;
+            DLT_CHECK_GOTO(st, check_metadata(it, &n_meta, &strings_len, func), fail);
             continue;
         }
+        if (!dlt__st_name_ok(it->string)) {
+            st = FMT_ERR("tensor name '%.200s' is not UTF-8 text without control characters",
+                         it->string);
+            goto fail;
+        }
         n++;
-        names_len += strlen(it->string) + 1; /* bounded by hlen: no overflow */
+        strings_len += strlen(it->string) + 1; /* bounded by hlen: no overflow */
         if (n > INT32_MAX / 2) {
             st = FMT_ERR("too many tensors in the header");
             goto fail;
@@ -233,29 +304,37 @@ dlt_status dlt__safetensors_parse(const void *buf, size_t size, const char *func
     }
     out->e = calloc((size_t)(n ? n : 1), sizeof *out->e);
     out->by_name = calloc((size_t)(n ? n : 1), sizeof *out->by_name);
-    out->names = malloc(names_len ? names_len : 1);
-    if (!out->e || !out->by_name || !out->names) {
+    out->meta = calloc((size_t)(2 * n_meta + 1), sizeof *out->meta);
+    out->strings = malloc(strings_len ? strings_len : 1);
+    if (!out->e || !out->by_name || !out->meta || !out->strings) {
         st = dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate the index of %lld tensors",
                       (long long)n);
         goto fail;
     }
-    out->n = (int32_t)n;
-    out->size = size;
-    char *np = out->names;
+    char *sp = out->strings;
+    for (const cJSON *kv = meta ? meta->child : NULL; kv; kv = kv->next) {
+        const char *src[2] = {kv->string, kv->valuestring};
+        for (int j = 0; j < 2; j++) {
+            size_t l = strlen(src[j]) + 1;
+            memcpy(sp, src[j], l);
+            out->meta[2 * out->n_meta + j] = sp;
+            sp += l;
+        }
+        out->n_meta++;
+    }
     int32_t k = 0;
     for (const cJSON *it = root->child; it; it = it->next) {
-        if (strcmp(it->string, "__metadata__") == 0) continue;
+        if (it == meta) continue;
         size_t l = strlen(it->string) + 1;
-        memcpy(np, it->string, l);
+        memcpy(sp, it->string, l);
         dlt__st_entry *e = &out->e[k];
-        e->name = np;
-        np += l;
-        st = parse_entry(it, e->name, data_size, func, e);
-        if (st != DLT_OK) goto fail;
-        e->data = data + e->begin;
+        e->name = sp;
+        sp += l;
+        DLT_CHECK_GOTO(st, parse_entry(it, e->name, data_size, func, e), fail);
         out->by_name[k] = k;
         k++;
     }
+    out->n = (int32_t)n;
     cJSON_Delete(root);
     root = NULL;
 
@@ -299,12 +378,43 @@ dlt_status dlt__safetensors_parse(const void *buf, size_t size, const char *func
     return DLT_OK;
 fail:
     cJSON_Delete(root);
-    dlt__safetensors_free(out);
     return st;
 }
 
-dlt_status dlt__safetensors_read(const char *path, const char *func, dlt__st_file *out) {
+/* ---- files ---- */
+
+/* Reads exactly n bytes at offset; 0, or -1 with errno (0 when the file ended early). */
+static int read_at(int fd, void *dst, size_t n, uint64_t offset) {
+    char *p = dst;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, (off_t)offset);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = 0;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+        offset += (uint64_t)r;
+    }
+    return 0;
+}
+
+static const char *read_error(int e) { return e ? strerror(e) : "the file is shorter than when it was opened"; }
+
+/* Puts the path in front of the current message (which starts with "func: "). */
+static dlt_status with_path(dlt_status st, const char *path, const char *func) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dlt_last_error());
+    const char *body = msg;
+    size_t fl = strlen(func);
+    if (strncmp(msg, func, fl) == 0 && msg[fl] == ':') body = msg + fl + 2;
+    return dlt__err(st, func, "'%s': %s", path, body);
+}
+
+dlt_status dlt__safetensors_open(const char *path, const char *func, dlt__st_file *out) {
     memset(out, 0, sizeof *out);
+    out->fd = -1;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a
      * regular file); the flag changes nothing for regular files */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -314,44 +424,67 @@ dlt_status dlt__safetensors_read(const char *path, const char *func, dlt__st_fil
         close(fd);
         return dlt__err(DLT_ERR_IO, func, "'%s' is not a regular file", path);
     }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
+    out->fd = fd;
+    out->path = strdup(path);
+    if (!out->path) {
+        dlt__safetensors_free(out);
+        return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate a path");
+    }
+    const uint64_t size = (uint64_t)sb.st_size;
+    unsigned char len8[8];
+    if (size < 8) {
+        dlt__safetensors_free(out);
+        return dlt__err(DLT_ERR_FORMAT, func, "'%s': truncated file: %llu bytes, fewer than the "
+                        "8-byte header length", path, (unsigned long long)size);
+    }
+    if (read_at(fd, len8, 8, 0) != 0) {
         int e = errno;
-        close(fd);
-        return dlt__err(DLT_ERR_IO, func, "cannot open '%s': %s", path, strerror(e));
+        dlt__safetensors_free(out);
+        return dlt__err(DLT_ERR_IO, func, "cannot read '%s': %s", path, read_error(e));
     }
-    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX / 2) {
-        fclose(f);
-        return dlt__err(DLT_ERR_IO, func, "'%s' is too large (%lld bytes)", path,
-                        (long long)sb.st_size);
-    }
-    size_t size = (size_t)sb.st_size;
-    unsigned char *buf = malloc(size ? size : 1);
-    if (!buf) {
-        fclose(f);
-        return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate %zu bytes to read '%s'", size,
-                        path);
-    }
-    size_t got = size ? fread(buf, 1, size, f) : 0;
-    int err = ferror(f) ? errno : 0;
-    fclose(f);
-    if (got != size) {
-        free(buf);
-        return dlt__err(DLT_ERR_IO, func, "cannot read '%s': %s", path,
-                        err ? strerror(err) : "the file shrank while being read");
-    }
-    dlt_status st = dlt__safetensors_parse(buf, size, func, out);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    dlt_status st = DLT_OK;
+    if (hlen > size - 8)
+        st = dlt__err(DLT_ERR_FORMAT, func, "'%s': bad header length %llu: only %llu bytes follow "
+                      "it (truncated or corrupt file)", path, (unsigned long long)hlen,
+                      (unsigned long long)(size - 8));
+    else if (hlen > DLT__ST_MAX_HEADER)
+        st = dlt__err(DLT_ERR_FORMAT, func, "'%s': bad header length %llu: more than the %llu-byte "
+                      "limit", path, (unsigned long long)hlen, (unsigned long long)DLT__ST_MAX_HEADER);
     if (st != DLT_OK) {
-        free(buf);
-        /* name the file in the message */
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", dlt_last_error());
-        const char *body = msg;
-        size_t fl = strlen(func);
-        if (strncmp(msg, func, fl) == 0 && msg[fl] == ':') body = msg + fl + 2;
-        return dlt__err(st, func, "'%s': %s", path, body);
+        dlt__safetensors_free(out);
+        return st;
     }
-    out->owned = buf;
+    char *h = malloc((size_t)hlen + 1);
+    if (!h) {
+        dlt__safetensors_free(out);
+        return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate the %llu-byte header of '%s'",
+                        (unsigned long long)hlen, path);
+    }
+    if (read_at(fd, h, (size_t)hlen, 8) != 0) {
+        int e = errno;
+        free(h);
+        dlt__safetensors_free(out);
+        return dlt__err(DLT_ERR_IO, func, "cannot read '%s': %s", path, read_error(e));
+    }
+    out->data_offset = 8 + hlen;
+    st = parse_header(h, (size_t)hlen, size - 8 - hlen, func, out);
+    free(h);
+    if (st != DLT_OK) {
+        st = with_path(st, path, func);
+        dlt__safetensors_free(out);
+    }
+    return st;
+}
+
+dlt_status dlt__safetensors_read_entry(const dlt__st_file *f, const dlt__st_entry *e, void *dst,
+                                       const char *func) {
+    size_t n = (size_t)(e->end - e->begin);
+    if (n == 0) return DLT_OK;
+    if (read_at(f->fd, dst, n, f->data_offset + e->begin) != 0)
+        return dlt__err(DLT_ERR_IO, func, "cannot read tensor '%.200s' of '%s': %s", e->name, f->path,
+                        read_error(errno));
     return DLT_OK;
 }
 
@@ -367,357 +500,106 @@ int32_t dlt__safetensors_find(const dlt__st_file *f, const char *name) {
     return -1;
 }
 
-/* ---- writing ---- */
+/* ---- the public file handle ---- */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
+struct dlt_safetensors {
+    dlt__st_file f;
+};
 
-static void sb_put(sbuf *s, const char *src, size_t len) {
-    if (s->oom) return;
-    if (s->n + len + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->n + len + 1) cap *= 2;
-        char *q = realloc(s->p, cap);
-        if (!q) {
-            s->oom = 1;
-            return;
-        }
-        s->p = q;
-        s->cap = cap;
-    }
-    memcpy(s->p + s->n, src, len);
-    s->n += len;
-    s->p[s->n] = '\0';
-}
-static void sb_str(sbuf *s, const char *str) { sb_put(s, str, strlen(str)); }
-static void sb_u64(sbuf *s, uint64_t v) {
-    char t[24];
-    snprintf(t, sizeof t, "%llu", (unsigned long long)v);
-    sb_str(s, t);
-}
-/* A JSON string literal (the name was checked to be UTF-8). */
-static void sb_json_string(sbuf *s, const char *str) {
-    sb_put(s, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)str; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            char esc[2] = {'\\', (char)*c};
-            sb_put(s, esc, 2);
-        } else if (*c < 0x20) {
-            char esc[8];
-            snprintf(esc, sizeof esc, "\\u%04x", *c);
-            sb_str(s, esc);
-        } else {
-            sb_put(s, (const char *)c, 1);
-        }
-    }
-    sb_put(s, "\"", 1);
-}
-
-static int valid_utf8(const char *str) {
-    const unsigned char *c = (const unsigned char *)str;
-    while (*c) {
-        int len = *c < 0x80 ? 1 : (*c & 0xE0) == 0xC0 ? 2 : (*c & 0xF0) == 0xE0 ? 3 : (*c & 0xF8) == 0xF0 ? 4 : 0;
-        if (!len || (len == 2 && *c < 0xC2)) return 0;
-        for (int i = 1; i < len; i++)
-            if ((c[i] & 0xC0) != 0x80) return 0;
-        c += len;
-    }
-    return 1;
-}
-
-typedef struct out_info {
-    int32_t dtype, ndim;
-    const int64_t *shape;
-    size_t nbytes;
-    uint32_t esize;
-} out_info;
-
-static dlt_status describe(const dlt__st_out *e, const char *func, out_info *o) {
-    if (!e->name) return dlt__err(DLT_ERR_NULL_POINTER, func, "a tensor name is NULL");
-    if (!e->name[0] || strcmp(e->name, "__metadata__") == 0 || !valid_utf8(e->name))
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, func,
-                        "tensor name '%.200s' is empty, reserved or not UTF-8", e->name);
-    if (e->host) {
-        o->dtype = e->dtype;
-        o->ndim = e->ndim;
-        o->shape = e->shape;
-    } else {
-        if (!e->tensor) return dlt__err(DLT_ERR_NULL_POINTER, func, "tensor '%.200s' is NULL", e->name);
-        o->dtype = e->tensor->dtype;
-        o->ndim = e->tensor->ndim;
-        o->shape = e->tensor->shape;
-    }
-    o->esize = st_dtype_size(o->dtype);
-    if (!o->esize || o->dtype == DLT__ST_OTHER || o->ndim < 0 || o->ndim > DLT_MAX_DIMS)
-        return dlt__err(DLT_ERR_DTYPE, func, "tensor '%.200s' has a dtype (%d) safetensors files "
-                        "cannot hold here", e->name, o->dtype);
-    size_t n = o->esize;
-    for (int32_t i = 0; i < o->ndim; i++)
-        if (o->shape[i] < 0 || dlt__mul_overflow(n, (size_t)o->shape[i], &n))
-            return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "tensor '%.200s' has a bad shape", e->name);
-    o->nbytes = n;
-    return DLT_OK;
-}
-
-/* ---- file operations ----
- * Every operation of a save that can fail on a full or broken disk goes through these
- * helpers, so dlt_testing_fail_write can make any one of them fail: each write() of file
- * data (a failing one first writes half its bytes, as a disk filling up does, then reports
- * ENOSPC), the fsync, the close and the rename (EIO). */
-
-static _Atomic int64_t g_fail_io; /* > 0: the operation that brings it to 0 fails */
-
-dlt_status dlt_testing_fail_write(int64_t n) {
-    atomic_store(&g_fail_io, n > 0 ? n : 0);
-    return DLT_OK;
-}
-
-static int io_should_fail(void) {
-    int64_t c = atomic_load(&g_fail_io);
-    while (c > 0)
-        if (atomic_compare_exchange_weak(&g_fail_io, &c, c - 1)) return c == 1;
-    return 0;
-}
-
-/* Writes all n bytes (resuming after short writes and EINTR); -1 with errno on failure. */
-static int io_write_all(int fd, const void *p, size_t n) {
-    const char *q = p;
-    if (io_should_fail()) {
-        ssize_t w = n > 1 ? write(fd, q, n / 2) : 0;
-        (void)w;
-        errno = ENOSPC;
-        return -1;
-    }
-    while (n > 0) {
-        ssize_t w = write(fd, q, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        q += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int io_fsync(int fd) {
-    if (io_should_fail()) {
-        errno = EIO;
-        return -1;
-    }
-    return fsync(fd);
-}
-
-/* Closes fd in every case. */
-static int io_close(int fd) {
-    int rc = close(fd);
-    if (io_should_fail()) {
-        errno = EIO;
-        return -1;
-    }
-    return rc;
-}
-
-static int io_rename(const char *from, const char *to) {
-    if (io_should_fail()) {
-        errno = EIO;
-        return -1;
-    }
-    return rename(from, to);
-}
-
-/* Writes the bytes of one tensor entry (logical order) to fd, staging through *hb. */
-static dlt_status write_tensor(int fd, const dlt_tensor *t, size_t nbytes, void **hb,
-                               size_t *hcap, const char *path, const char *func) {
-    if (nbytes == 0) return DLT_OK;
-    if (*hcap < nbytes) {
-        void *p = realloc(*hb, nbytes);
-        if (!p) return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate %zu staging bytes", nbytes);
-        *hb = p;
-        *hcap = nbytes;
-    }
-    dlt_tensor *tmp = NULL;
-    const dlt_tensor *src = t;
-    dlt_status st = DLT_OK;
-    if (t->format != DLT_FORMAT_CONTIGUOUS) { /* safetensors holds the logical order */
-        st = dlt_tensor_to_format(t, DLT_FORMAT_CONTIGUOUS, &tmp);
-        src = tmp;
-    }
-    if (st == DLT_OK) st = dlt_tensor_copy_to_host(src, *hb, nbytes);
-    dlt_tensor_release(tmp);
-    if (st != DLT_OK) return dlt__err_wrap(st, func);
-    if (io_write_all(fd, *hb, nbytes) != 0)
-        return dlt__err(DLT_ERR_IO, func, "cannot write '%s': %s", path, strerror(errno));
-    return DLT_OK;
-}
-
-static _Thread_local const dlt__st_out *g_sort_out;
-static _Thread_local const out_info *g_sort_info;
-static int cmp_esize(const void *a, const void *b) {
-    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    if (g_sort_info[i].esize != g_sort_info[j].esize)
-        return g_sort_info[i].esize > g_sort_info[j].esize ? -1 : 1;
-    return i < j ? -1 : i > j; /* stable */
-}
-static int cmp_outname(const void *a, const void *b) {
-    return strcmp(g_sort_out[*(const int32_t *)a].name, g_sort_out[*(const int32_t *)b].name);
-}
-
-/* fsync of the directory holding path, so the rename itself is durable (best effort: some
- * file systems refuse fsync on directories). */
-static void sync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
-dlt_status dlt__safetensors_write(const char *path, const dlt__st_out *e, int32_t n,
-                                  const char *func) {
-    if (!path) return dlt__err(DLT_ERR_NULL_POINTER, func, "argument 'path' is NULL");
-    if (n < 0) return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "n %d is negative", n);
-    if (n > 0 && !e) return dlt__err(DLT_ERR_NULL_POINTER, func, "no entries given");
-    dlt_status st = DLT_OK;
-    out_info *info = calloc((size_t)(n ? n : 1), sizeof *info);
-    int32_t *ord = calloc((size_t)(n ? n : 1), sizeof *ord);
-    char *tmp = malloc(strlen(path) + 32);
-    sbuf hdr = {0};
-    int fd = -1;
-    void *hb = NULL;
-    size_t hcap = 0;
-    if (!info || !ord || !tmp) {
-        st = dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate the header of %d tensors", n);
-        goto done;
-    }
-    for (int32_t i = 0; i < n && st == DLT_OK; i++) st = describe(&e[i], func, &info[i]);
-    if (st != DLT_OK) goto done;
-    /* unique names */
-    for (int32_t i = 0; i < n; i++) ord[i] = i;
-    g_sort_out = e;
-    qsort(ord, (size_t)n, sizeof *ord, cmp_outname);
-    for (int32_t i = 1; i < n; i++)
-        if (strcmp(e[ord[i - 1]].name, e[ord[i]].name) == 0) {
-            st = dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "tensor name '%.200s' appears twice",
-                          e[ord[i]].name);
-            goto done;
-        }
-    /* data order: element size descending, then as given */
-    for (int32_t i = 0; i < n; i++) ord[i] = i;
-    g_sort_info = info;
-    qsort(ord, (size_t)n, sizeof *ord, cmp_esize);
-
-    sb_str(&hdr, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"libdltrain ");
-    sb_str(&hdr, dlt_version_string());
-    sb_str(&hdr, "\"}");
-    uint64_t off = 0;
-    for (int32_t k = 0; k < n; k++) {
-        const int32_t i = ord[k];
-        sb_str(&hdr, ",");
-        sb_json_string(&hdr, e[i].name);
-        sb_str(&hdr, ":{\"dtype\":\"");
-        sb_str(&hdr, dlt__st_dtype_name(info[i].dtype));
-        sb_str(&hdr, "\",\"shape\":[");
-        for (int32_t d = 0; d < info[i].ndim; d++) {
-            if (d) sb_str(&hdr, ",");
-            sb_u64(&hdr, (uint64_t)info[i].shape[d]);
-        }
-        sb_str(&hdr, "],\"data_offsets\":[");
-        sb_u64(&hdr, off);
-        sb_str(&hdr, ",");
-        off += info[i].nbytes;
-        sb_u64(&hdr, off);
-        sb_str(&hdr, "]}");
-    }
-    sb_str(&hdr, "}");
-    while (!hdr.oom && hdr.n % 8 != 0) sb_str(&hdr, " ");
-    if (hdr.oom) {
-        st = dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate the JSON header");
-        goto done;
-    }
-
-    snprintf(tmp, strlen(path) + 32, "%s.tmp-%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = dlt__err(DLT_ERR_IO, func, "cannot create '%s': %s", tmp, strerror(errno));
-        tmp[0] = '\0'; /* nothing to remove */
-        goto done;
-    }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr.n >> (8 * i));
-    if (io_write_all(fd, len8, 8) != 0 || io_write_all(fd, hdr.p, hdr.n) != 0) {
-        st = dlt__err(DLT_ERR_IO, func, "cannot write '%s': %s", tmp, strerror(errno));
-        goto done;
-    }
-    for (int32_t k = 0; k < n && st == DLT_OK; k++) {
-        const int32_t i = ord[k];
-        if (e[i].host) {
-            if (info[i].nbytes && io_write_all(fd, e[i].host, info[i].nbytes) != 0)
-                st = dlt__err(DLT_ERR_IO, func, "cannot write '%s': %s", tmp, strerror(errno));
-        } else {
-            st = write_tensor(fd, e[i].tensor, info[i].nbytes, &hb, &hcap, tmp, func);
-        }
-    }
-    if (st != DLT_OK) goto done;
-    if (io_fsync(fd) != 0) {
-        st = dlt__err(DLT_ERR_IO, func, "cannot flush '%s': %s", tmp, strerror(errno));
-        goto done;
-    }
-    int rc = io_close(fd);
-    fd = -1;
-    if (rc != 0) {
-        st = dlt__err(DLT_ERR_IO, func, "cannot close '%s': %s", tmp, strerror(errno));
-        goto done;
-    }
-    if (io_rename(tmp, path) != 0) {
-        st = dlt__err(DLT_ERR_IO, func, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        goto done;
-    }
-    tmp[0] = '\0';
-    sync_dir(path);
-done:
-    if (fd >= 0) close(fd);
-    if (tmp && tmp[0] && st != DLT_OK) unlink(tmp);
-    free(tmp);
-    free(hdr.p);
-    free(hb);
-    free(ord);
-    free(info);
-    return st;
-}
-
-/* ---- public ---- */
-
-dlt_status dlt_safetensors_save(const char *path, const char *const *names,
-                                dlt_tensor *const *tensors, int32_t n) {
-    static const char *F = "dlt_safetensors_save";
+dlt_status dlt_safetensors_open(const char *path, dlt_safetensors **out) {
+    static const char *F = "dlt_safetensors_open";
     DLT_NULL_CHECK(path, F);
-    if (n < 0) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "n %d is negative", n);
-    if (n > 0) {
-        DLT_NULL_CHECK(names, F);
-        DLT_NULL_CHECK(tensors, F);
+    DLT_NULL_CHECK(out, F);
+    dlt_safetensors *h = calloc(1, sizeof *h);
+    if (!h) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the file handle");
+    dlt_status st = dlt__safetensors_open(path, F, &h->f);
+    if (st != DLT_OK) {
+        free(h);
+        return st;
     }
-    dlt__st_out *e = calloc((size_t)(n ? n : 1), sizeof *e);
-    if (!e) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate %d entries", n);
-    dlt_status st = DLT_OK;
-    for (int32_t i = 0; i < n && st == DLT_OK; i++) {
-        if (!tensors[i]) st = dlt__err(DLT_ERR_NULL_POINTER, F, "tensors[%d] is NULL", i);
-        else if (!names[i]) st = dlt__err(DLT_ERR_NULL_POINTER, F, "names[%d] is NULL", i);
-        else st = dlt__ctx_ok(tensors[i]->ctx, F);
-        e[i].name = names[i];
-        e[i].tensor = tensors[i];
+    *out = h;
+    return DLT_OK;
+}
+
+void dlt_safetensors_close(dlt_safetensors *f) {
+    if (!f) return;
+    dlt__safetensors_free(&f->f);
+    free(f);
+}
+
+const dlt__st_file *dlt__safetensors_file(const dlt_safetensors *f) { return f ? &f->f : NULL; }
+
+int32_t dlt_safetensors_num_tensors(const dlt_safetensors *f) { return f ? f->f.n : 0; }
+
+const char *dlt_safetensors_name(const dlt_safetensors *f, int32_t i) {
+    return (f && i >= 0 && i < f->f.n) ? f->f.e[i].name : NULL;
+}
+
+static const dlt__st_entry *entry_named(const dlt_safetensors *f, const char *name) {
+    int32_t i = (f && name) ? dlt__safetensors_find(&f->f, name) : -1;
+    return i >= 0 ? &f->f.e[i] : NULL;
+}
+
+dlt_status dlt_safetensors_info(const dlt_safetensors *f, const char *name, int32_t *dtype,
+                                int64_t *shape, int32_t cap, int32_t *ndim) {
+    static const char *F = "dlt_safetensors_info";
+    DLT_NULL_CHECK(f, F);
+    DLT_NULL_CHECK(name, F);
+    if (cap < 0 || (cap > 0 && !shape))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "shape must hold cap (%d) values", cap);
+    const dlt__st_entry *e = entry_named(f, name);
+    if (!e)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "'%s' has no tensor named '%.200s'", f->f.path, name);
+    if (dtype) *dtype = e->dtype <= DLT_U8 ? e->dtype : -1;
+    for (int32_t i = 0; i < e->ndim && i < cap; i++) shape[i] = e->shape[i];
+    if (ndim) *ndim = e->ndim;
+    return DLT_OK;
+}
+
+const char *dlt_safetensors_dtype_name(const dlt_safetensors *f, const char *name) {
+    const dlt__st_entry *e = entry_named(f, name);
+    return e ? e->dtype_name : NULL;
+}
+
+const char *dlt_safetensors_metadata(const dlt_safetensors *f, const char *key) {
+    if (!f || !key) return NULL;
+    for (int32_t i = 0; i < f->f.n_meta; i++)
+        if (strcmp(f->f.meta[2 * i], key) == 0) return f->f.meta[2 * i + 1];
+    return NULL;
+}
+
+/* A new contiguous tensor on ctx holding entry e. */
+static dlt_status get_tensor(const dlt__st_file *f, const dlt__st_entry *e, dlt_ctx *ctx,
+                             const char *func, dlt_tensor **out) {
+    if (e->dtype > DLT_U8)
+        return dlt__err(DLT_ERR_DTYPE, func, "tensor '%.200s' in '%s' is %s, which libdltrain tensors "
+                        "cannot hold", e->name, f->path, e->dtype_name);
+    size_t n = (size_t)(e->end - e->begin);
+    void *buf = malloc(n ? n : 1);
+    if (!buf)
+        return dlt__err(DLT_ERR_OUT_OF_MEMORY, func, "cannot allocate %zu bytes for tensor '%.200s'",
+                        n, e->name);
+    dlt_status st = dlt__safetensors_read_entry(f, e, buf, func);
+    if (st == DLT_OK) {
+        st = dlt_tensor_from_host(ctx, e->dtype, e->shape, e->ndim, DLT_FORMAT_CONTIGUOUS, buf, n, out);
+        if (st != DLT_OK) st = dlt__err_wrap(st, func);
     }
-    if (st == DLT_OK) st = dlt__safetensors_write(path, e, n, F);
-    free(e);
+    free(buf);
     return st;
+}
+
+dlt_status dlt_safetensors_get(const dlt_safetensors *f, dlt_ctx *ctx, const char *name,
+                               dlt_tensor **out) {
+    static const char *F = "dlt_safetensors_get";
+    DLT_NULL_CHECK(f, F);
+    DLT_NULL_CHECK(ctx, F);
+    DLT_NULL_CHECK(name, F);
+    DLT_NULL_CHECK(out, F);
+    DLT_CHECK(dlt__ctx_ok(ctx, F));
+    const dlt__st_entry *e = entry_named(f, name);
+    if (!e)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "'%s' has no tensor named '%.200s'", f->f.path, name);
+    return get_tensor(&f->f, e, ctx, F, out);
 }
 
 dlt_status dlt_safetensors_load_tensor(dlt_ctx *ctx, const char *path, const char *name,
@@ -729,19 +611,13 @@ dlt_status dlt_safetensors_load_tensor(dlt_ctx *ctx, const char *path, const cha
     DLT_NULL_CHECK(out, F);
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     dlt__st_file file;
-    DLT_CHECK(dlt__safetensors_read(path, F, &file));
+    DLT_CHECK(dlt__safetensors_open(path, F, &file));
     dlt_status st;
     int32_t i = dlt__safetensors_find(&file, name);
-    if (i < 0) {
+    if (i < 0)
         st = dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "'%s' has no tensor named '%.200s'", path, name);
-    } else if (file.e[i].dtype > DLT_U8) {
-        st = dlt__err(DLT_ERR_DTYPE, F, "tensor '%.200s' in '%s' is %s, which libdltrain tensors "
-                      "cannot hold", name, path, file.e[i].dtype_name);
-    } else {
-        const dlt__st_entry *e = &file.e[i];
-        st = dlt_tensor_from_host(ctx, e->dtype, e->shape, e->ndim, DLT_FORMAT_CONTIGUOUS,
-                                  e->data, (size_t)(e->end - e->begin), out);
-    }
+    else
+        st = get_tensor(&file, &file.e[i], ctx, F, out);
     dlt__safetensors_free(&file);
     return st;
 }

@@ -16,7 +16,9 @@
 #ifndef DLT_OPTIM_INTERNAL_H
 #define DLT_OPTIM_INTERNAL_H
 
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "../core/internal.h"
 
@@ -132,7 +134,15 @@ static inline DLT_HD double dlt__lr_schedule_eval(const dlt_lr_schedule *s, doub
         int64_t tt = t < s->warmup_steps ? t : s->warmup_steps;
         lr *= s->start_factor + (1.0 - s->start_factor) * (double)tt / (double)s->warmup_steps;
     }
-    return lr;
+    /* the lr is kept in fp32: a schedule that grows it (gamma > 1) stops at FLT_MAX instead
+     * of reaching inf, a value dlt_optimizer_set_lr and checkpoints refuse */
+    return lr > (double)FLT_MAX ? (double)FLT_MAX : lr;
+}
+
+/* The applied-step count after one more applied step: it saturates at INT64_MAX (a loaded
+ * checkpoint may hold any count; the increment must not overflow). */
+static inline DLT_HD int64_t dlt__step_next(int64_t step) {
+    return step < INT64_MAX ? step + 1 : step;
 }
 
 /* Applies op to a device block (the CPU backend's sgd_state; CUDA's one-thread kernel). */

@@ -15,6 +15,7 @@
  * state and gradients as they were.
  */
 #include <stdatomic.h>
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +28,14 @@ static const char *kind_name(const dlt_optimizer *opt) {
     return opt->decoupled ? "AdamW" : "Adam";
 }
 
+/* PyTorch's check (lr >= 0), plus the range of the fp32 the lr lives in on the device: an
+ * lr above FLT_MAX would become inf there (and a checkpoint holding it could not load). */
 dlt_status dlt__optimizer_check_lr(double lr, const char *func) {
     if (!(lr >= 0.0)) return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "Invalid learning rate: %g", lr);
+    if (!(lr <= (double)FLT_MAX))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, func,
+                        "Invalid learning rate: %g (the optimizer keeps it in fp32: at most %g)", lr,
+                        (double)FLT_MAX);
     return DLT_OK;
 }
 

@@ -6,6 +6,8 @@
  * whichever side has the data in the needed form, so every device only implements its own
  * `convert`.
  */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,9 +149,41 @@ dlt_status dlt_tensor_to_format(const dlt_tensor *src, int32_t format, dlt_tenso
     return DLT_OK;
 }
 
+/* PyTorch's checked conversion of a fill value (c10::checked_convert): an integer dtype
+ * refuses NaN, inf and values outside its range (C's conversion of those is undefined
+ * behaviour), keeping the rest truncated toward zero; uint8 takes -255..255, a negative
+ * value wrapping as in PyTorch (-1 -> 255). A floating dtype refuses finite values beyond
+ * its largest and takes inf and NaN. *v becomes the value the kernels store (for integer
+ * dtypes a whole number inside the range, so their casts are defined). */
+static int fill_value_fits(int32_t dtype, double *v) {
+    const double x = *v;
+    switch (dtype) {
+    case DLT_F32: return !(fabs(x) > FLT_MAX) || isinf(x);
+    case DLT_F16: return !(fabs(x) > 65504.0) || isinf(x);
+    case DLT_BF16: return !(fabs(x) > 3.3895313892515355e38) || isinf(x);
+    case DLT_I32:
+        if (!(x >= -2147483648.0 && x <= 2147483647.0)) return 0;
+        break;
+    case DLT_I64: /* 2^63 itself is out of range */
+        if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) return 0;
+        break;
+    default: /* DLT_U8 */
+        if (!(x > -256.0 && x <= 255.0)) return 0;
+        break;
+    }
+    double w = trunc(x);
+    if (dtype == DLT_U8 && w < 0) w += 256.0;
+    *v = w + 0.0; /* -0.0 -> 0.0 */
+    return 1;
+}
+
 dlt_status dlt_tensor_fill(dlt_tensor *t, double value) {
     static const char *F = "dlt_tensor_fill";
     DLT_CHECK(dlt__check_tensor(t, F, "t"));
+    if (!fill_value_fits(t->dtype, &value))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "value %g cannot be converted to type %s without overflow", value,
+                        dlt_dtype_name(t->dtype));
     if (t->numel == 0) return DLT_OK;
     t->version++;
     dlt_status st = t->ctx->be->fill(t->ctx, t, value);

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The training examples on the CPU (TAP): 3 steps at batch 4 on synthetic data and on the
 # real CIFAR-10 subset (skipped when absent), finite losses and the closing table; a bad flag
-# exits 2 with the usage; a corrupt data directory exits 1 naming the file.
+# exits 2 with the usage; a corrupt data directory exits 1 naming the file. Issue 20: every
+# numeric flag out of range exits 2 (item 13); a batch file that exists but cannot be read
+# (symlink loop, dangling link, no permission, unsearchable directory) exits 1 naming it,
+# never trains on synthetic data (item 10); a resumed checkpoint's position is checked
+# (item 6: past --epochs, finished, a step counter that would overflow, a negative step).
 bin="$1"; src="$2"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=${DLT_CIFAR10_DIR:-$src/../shared/data/cifar10-subset}
@@ -16,8 +20,26 @@ check_run() { # name args...
     ok "$name" "$(grep 'Loss: ' "$tmp/out" | tail -1)"
   else notok "$name"; fi
 }
+# a checkpoint with one entry replaced: patch SRC NAME INT64 DST
+patch() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+src, name, value, dst = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+b = bytearray(open(src, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+s, e = json.loads(b[8:8 + n])[name]["data_offsets"]
+b[8 + n + s:8 + n + e] = struct.pack("<q", value)
+open(dst, "wb").write(b)
+PY
+}
+# as nobody when running as root (for the permission cases), else as ourselves
+as_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+can_drop() { [ "$(id -u)" != 0 ] || command -v setpriv >/dev/null 2>&1; }
+
 for ex in resnet50_cifar10 grad_accum; do
-  check_run "$ex: 3 CPU steps at batch 4, synthetic" "$bin/$ex" --device cpu --batch 4 --steps 3 --epochs 1
+  save=()
+  [ $ex = resnet50_cifar10 ] && save=(--save "$tmp/ck.safetensors")
+  check_run "$ex: 3 CPU steps at batch 4, synthetic" "$bin/$ex" --device cpu --batch 4 --steps 3 --epochs 1 "${save[@]}"
   if [ -f "$data/data_batch_1.bin" ]; then
     check_run "$ex: 3 CPU steps at batch 4, CIFAR-10 subset" "$bin/$ex" --device cpu --batch 4 --steps 3 --epochs 1 --data "$data"
   else skip "$ex: CIFAR-10 subset" "no data at $data"; fi
@@ -29,5 +51,56 @@ for ex in resnet50_cifar10 grad_accum; do
   "$bin/$ex" --device cpu --batch 4 --steps 1 --data "$tmp/bad" >"$tmp/out" 2>&1; rc=$?
   if [ $rc = 1 ] && grep -q 'data_batch_1.bin' "$tmp/out"; then ok "$ex: corrupt data directory exits 1 naming the file"
   else notok "$ex: corrupt data (rc=$rc)"; fi
+  # item 13: every numeric flag bounded in the parser (before: --batch 99999999999 exited 1
+  # with the library's message, --lr 1e308 trained with an infinite lr)
+  bad_values=(--epochs 0 --epochs 1000001 --steps -1 --batch 0 --batch 99999999999 --batch 65537
+              --lr -1 --lr 1e308 --lr nan --lr 0.1x --momentum -0.5 --momentum 2 --classes 0
+              --classes 100001 --log-every -1 --seed -1 --seed 99999999999999999999)
+  [ $ex = grad_accum ] && bad_values+=(--accum 0 --accum 65537)
+  bad=""
+  for ((i = 0; i < ${#bad_values[@]}; i += 2)); do
+    "$bin/$ex" "${bad_values[i]}" "${bad_values[i+1]}" >"$tmp/out" 2>&1; rc=$?
+    if [ $rc != 2 ] || ! grep -q '^usage:' "$tmp/out" || ! grep -q "bad value for ${bad_values[i]}" "$tmp/out"; then
+      bad="$bad ${bad_values[i]} ${bad_values[i+1]} (rc=$rc)"
+    fi
+  done
+  if [ -z "$bad" ]; then ok "$ex: $(( ${#bad_values[@]} / 2 )) out-of-range numeric values exit 2 with the usage"
+  else echo "# failed:$bad" >"$tmp/out"; notok "$ex: out-of-range values"; fi
+  # item 10: a batch name that exists but cannot be read is an error naming it, exit 1
+  # (before: "no CIFAR-10 binary batches in --data", synthetic data, exit 0)
+  for kind in loop dangling noperm unsearchable; do
+    d="$tmp/unreadable-$kind"; rm -rf "$d"; mkdir -p "$d"; chmod 755 "$d" "$tmp"
+    f="$d/data_batch_1.bin"; runner=()
+    case $kind in
+      loop) ln -s "$f.2" "$f"; ln -s "$f" "$f.2" ;;
+      dangling) ln -s "$d/missing" "$f" ;;
+      noperm) head -c 3073 /dev/zero >"$f"; chmod 000 "$f"; runner=(as_user) ;;
+      unsearchable) head -c 3073 /dev/zero >"$f"; chmod 644 "$f"; chmod 600 "$d"; runner=(as_user) ;;
+    esac
+    if [ ${#runner[@]} -gt 0 ] && ! can_drop; then skip "$ex: unreadable batch ($kind)" "root without setpriv"; continue; fi
+    "${runner[@]}" "$bin/$ex" --device cpu --batch 4 --steps 1 --data "$d" >"$tmp/out" 2>&1; rc=$?
+    chmod 755 "$d"
+    if [ $rc = 1 ] && grep -q 'data_batch_1.bin' "$tmp/out" && ! grep -q synthetic "$tmp/out"; then
+      ok "$ex: unreadable batch ($kind) exits 1 naming it"
+    else notok "$ex: unreadable batch ($kind) (rc=$rc)"; fi
+  done
 done
+
+# item 6: a resumed position the run cannot continue from (resnet50_cifar10's checkpoint of
+# its 3 synthetic steps above: train.epoch 1, train.step 3)
+ck="$tmp/ck.safetensors"
+if [ -f "$ck" ]; then
+  resume() { # name expected-rc pattern entry value args...
+    local name=$1 want=$2 pat=$3 entry=$4 value=$5; shift 5
+    patch "$ck" "$entry" "$value" "$tmp/ck2.safetensors"
+    "$bin/resnet50_cifar10" --device cpu --batch 4 --resume "$tmp/ck2.safetensors" "$@" >"$tmp/out" 2>&1; rc=$?
+    if [ $rc = "$want" ] && grep -q "$pat" "$tmp/out"; then ok "resume: $name"; else notok "resume: $name (rc=$rc)"; fi
+  }
+  resume "an epoch past --epochs exits 1" 1 "past --epochs 2" train.epoch 5 --epochs 2
+  resume "a finished run trains nothing, says so and exits 0" 0 "nothing to train" train.epoch 1 --epochs 1
+  resume "a step counter that would overflow exits 1" 1 "overflow" train.step 9223372036854775807 --epochs 2
+  resume "a negative step is refused by the loader, exit 1" 1 "'train.step' .* is negative" train.step -5 --epochs 2
+else
+  for i in 1 2 3 4; do skip "resume case $i" "no checkpoint was saved"; done
+fi
 echo "1..$n"

@@ -5,10 +5,11 @@ what we write, and files PyTorch wrote load here. Saves are atomic (temporary fi
 rename); loads validate the whole file first and change nothing on failure.
 """
 
+import collections
 import ctypes
 
 from ._guard import tag_array
-from ._handle import arg
+from ._handle import Handle, arg
 from ._lib import lib, check, enc
 from ._tensor import Tensor
 
@@ -27,12 +28,134 @@ def save(module, path):
     check(lib.dlt_module_save(arg(module, _module_cls(), "module"), enc(path)))
 
 
-def load(module, path):
-    """Loads every state entry of module from path (all or nothing)."""
+#: What a load left out, as PyTorch's load_state_dict reports it (missing_keys: module
+#: names the file lacks; unexpected_keys: file names the module lacks), plus
+#: mismatched_keys: names in both with another dtype or shape. Empty after a strict load.
+LoadResult = collections.namedtuple("LoadResult", ["missing_keys", "unexpected_keys",
+                                                   "mismatched_keys"])
+
+
+class _LoadOptions(ctypes.Structure):  # dlt_module_load_options (io.h)
+    _fields_ = [("size", ctypes.c_uint32), ("strict", ctypes.c_int32),
+                ("file_prefix", ctypes.c_char_p), ("module_prefix", ctypes.c_char_p)]
+
+
+def load(module, path, strict=True, *, file_prefix=None, module_prefix=None):
+    """Loads module's state from a safetensors file (a path or an open SafeTensors), all or
+    nothing, and returns a LoadResult.
+
+    strict=True (default): every name, dtype and shape must match, as PyTorch's
+    load_state_dict(strict=True). strict=False: what matches loads; missing, unexpected and
+    mismatched names are skipped and reported (unlike PyTorch, a shape mismatch is skipped
+    too: that is how a 1000-class backbone initialises a 10-class model).
+    file_prefix / module_prefix: the file's entry file_prefix + X loads into the module's
+    entry module_prefix + X; only names under the prefixes take part."""
     if isinstance(module, _module_cls()) and not module.is_native:
+        # a Python module: its own state_dict machinery (strict only)
+        if not strict or file_prefix is not None or module_prefix is not None:
+            raise NotImplementedError("non-strict and prefixed loads take libdltrain modules")
         module.load(path)
-        return
-    check(lib.dlt_module_load(arg(module, _module_cls(), "module"), enc(path)))
+        return LoadResult([], [], [])
+    m = arg(module, _module_cls(), "module")
+    if isinstance(path, SafeTensors):
+        source = path.handle
+    elif strict and file_prefix is None and module_prefix is None and \
+            not lib.has("dlt_module_load_ex"):
+        check(lib.dlt_module_load(m, enc(path)))  # an older library
+        return LoadResult([], [], [])
+    else:
+        source = None
+    o = _LoadOptions()
+    lib.dlt_module_load_options_default(ctypes.byref(o))
+    o.strict = 1 if strict else 0
+    keep = (enc(file_prefix), enc(module_prefix))
+    o.file_prefix, o.module_prefix = keep
+    report = ctypes.c_void_p()
+    if source is not None:
+        check(lib.dlt_module_load_safetensors(m, source, ctypes.byref(o), ctypes.byref(report)))
+    else:
+        check(lib.dlt_module_load_ex(m, enc(path), ctypes.byref(o), ctypes.byref(report)))
+    try:
+        lists = []
+        for kind in range(3):  # DLT_LOAD_MISSING, _UNEXPECTED, _MISMATCHED
+            n = lib.dlt_load_report_count(report, kind)
+            lists.append([lib.dlt_load_report_name(report, kind, i).decode() for i in range(n)])
+        return LoadResult(*lists)
+    finally:
+        lib.dlt_load_report_destroy(report)
+
+
+class SafeTensors(Handle):
+    """An open safetensors file (safetensors.safe_open): the header read and validated once,
+    names, dtypes and shapes listed, tensors read on demand. A context manager.
+
+        with dltrain.io.SafeTensors("model.safetensors") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+    """
+
+    __slots__ = ("path",)
+    _destroy = staticmethod(lib.dlt_safetensors_close)
+    _what = "safetensors file"
+
+    def __init__(self, path):
+        out = ctypes.c_void_p()
+        check(lib.dlt_safetensors_open(enc(path), ctypes.byref(out)))
+        Handle.__init__(self, out.value)
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def keys(self):
+        """Tensor names in the header's order."""
+        h = self.handle
+        return [lib.dlt_safetensors_name(h, i).decode()
+                for i in range(lib.dlt_safetensors_num_tensors(h))]
+
+    def __len__(self):
+        return lib.dlt_safetensors_num_tensors(self.handle)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __contains__(self, name):
+        return lib.dlt_safetensors_dtype_name(self.handle, enc(name)) is not None
+
+    def dtype(self, name):
+        """The file's dtype of tensor `name` as safetensors spells it ("F32", "BF16", "F64")."""
+        d = lib.dlt_safetensors_dtype_name(self.handle, enc(name))
+        if d is None:
+            raise KeyError(name)
+        return d.decode()
+
+    def shape(self, name):
+        """The shape of tensor `name` (a tuple), without reading it."""
+        dims = (ctypes.c_int64 * 8)()
+        nd = ctypes.c_int32()
+        check(lib.dlt_safetensors_info(self.handle, enc(name), None, dims, 8, ctypes.byref(nd)))
+        return tuple(dims[i] for i in range(nd.value))
+
+    def metadata(self, key):
+        """The value of key in the file's "__metadata__", or None."""
+        v = lib.dlt_safetensors_metadata(self.handle, enc(key))
+        return None if v is None else v.decode()
+
+    def get_tensor(self, name, *, ctx=None):
+        """Tensor `name` as a new contiguous tensor on ctx (only its bytes are read)."""
+        from .context import resolve
+        ctx = resolve(ctx)
+        out = ctypes.c_void_p()
+        check(lib.dlt_safetensors_get(self.handle, ctx.handle, enc(name), ctypes.byref(out)))
+        return Tensor._wrap(out.value, ctx)
+
+
+def safe_open(path):
+    """SafeTensors(path), named as in the safetensors package."""
+    return SafeTensors(path)
 
 
 def checkpoint_save(path, model, optimizer=None, scaler=None, epoch=0, step=0):

@@ -26,6 +26,9 @@ _SCALARS = {
 _HANDLES = ("dlt_ctx", "dlt_tensor", "dlt_module", "dlt_optimizer", "dlt_grad_scaler",
             "dlt_dataset", "dlt_loader", "dlt_graph", "dlt_device_info", "dlt_gpu_monitor",
             "dlt_event")
+# io.h (harden): the safetensors file handle and load report; an option struct is passed
+# by pointer, as c_void_p like a handle
+_HANDLES += ("dlt_safetensors", "dlt_load_report", "dlt_module_load_options")
 
 
 def _headers():
