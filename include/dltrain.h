@@ -29,5 +29,6 @@
 #include "dltrain/io.h"
 #include "dltrain/graph.h"
 #include "dltrain/device.h"
+#include "dltrain/gpt.h"
 
 #endif

@@ -51,7 +51,7 @@
 #ifndef DLTRAIN_NN_H
 #define DLTRAIN_NN_H
 
-#include "tensor.h"
+#include "ops.h" /* DLT_NO_PADDING_IDX, DLT_GELU_* */
 
 #ifdef __cplusplus
 extern "C" {
@@ -321,6 +321,25 @@ DLT_API DLT_NODISCARD dlt_status dlt_module_forward_ex(dlt_module *m, dlt_tensor
  */
 DLT_API DLT_NODISCARD dlt_status dlt_module_summary(const dlt_module *m, char *buf, size_t n,
                                                     size_t *needed);
+
+/* ---------------------------------------------------------------------------------------
+ * Transformer layers (PyTorch's nn.Embedding, nn.LayerNorm, nn.Dropout, nn.GELU). The GPT
+ * family built from them is in dltrain/gpt.h.
+ * ------------------------------------------------------------------------------------- */
+/** Embedding(num_embeddings, embedding_dim, padding_idx): "weight" [num, dim] N(0, 1) (the
+ *  padding row zeroed; DLT_NO_PADDING_IDX for none). Forward: integer indices of any shape
+ *  -> [*idx, dim] (dlt_embedding). */
+DLT_API DLT_NODISCARD dlt_status dlt_embedding_create(dlt_ctx *ctx, int64_t num_embeddings, int64_t embedding_dim,
+                                                      int64_t padding_idx, dlt_module **out);
+/** LayerNorm over a last dimension of normalized_size (eps, elementwise_affine: "weight" ones,
+ *  and "bias" zeros when bias != 0: nanoGPT's LayerNorm(bias=False) is affine without bias). */
+DLT_API DLT_NODISCARD dlt_status dlt_layernorm_create(dlt_ctx *ctx, int64_t normalized_size, double eps,
+                                                      int32_t elementwise_affine, int32_t bias, dlt_module **out);
+/** Dropout(p): zeroes with probability p in training mode (the module's flag), identity in
+ *  evaluation mode (dlt_dropout). */
+DLT_API DLT_NODISCARD dlt_status dlt_dropout_create(dlt_ctx *ctx, double p, dlt_module **out);
+/** GELU(approximate): DLT_GELU_NONE or DLT_GELU_TANH (dlt_gelu). */
+DLT_API DLT_NODISCARD dlt_status dlt_gelu_create(dlt_ctx *ctx, int32_t approximate, dlt_module **out);
 
 #ifdef __cplusplus
 }

@@ -94,6 +94,9 @@ typedef struct dlt__st_out {
  * them out), then by the given order. Synchronises with the tensors' contexts. */
 dlt_status dlt__safetensors_write(const char *path, const dlt__st_out *e, int32_t n,
                                   const char *func);
+/* Writes n bytes to path the same way (exclusive temporary beside it, fsync, rename, directory
+ * fsync): config files beside a checkpoint. */
+dlt_status dlt__write_bytes_atomic(const char *path, const void *data, size_t n, const char *func);
 
 /* The module half of a load (lib/io/module_load.c), shared by dlt_module_load(_ex),
  * dlt_module_load_safetensors and dlt_checkpoint_load: matches the module's state entries

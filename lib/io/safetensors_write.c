@@ -374,3 +374,31 @@ dlt_status dlt_safetensors_save(const char *path, const char *const *names,
     free(e);
     return st;
 }
+
+/* ---- small files (config.json beside a checkpoint) ---- */
+
+dlt_status dlt__write_bytes_atomic(const char *path, const void *data, size_t n, const char *func) {
+    char tmp[4200];
+    if (strlen(path) + 64 > sizeof tmp) return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "path too long: %.200s", path);
+    const int fd = create_temp(path, tmp, sizeof tmp);
+    if (fd < 0) return dlt__err(DLT_ERR_IO, func, "cannot create a temporary file beside %s: %s", path, strerror(errno));
+    const char *p = data;
+    size_t left = n;
+    int ok = 1;
+    while (ok && left > 0) {
+        const ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) ok = 0;
+        else p += w, left -= (size_t)w;
+    }
+    int e = errno;
+    if (ok && io_fsync(fd) != 0) ok = 0, e = errno;
+    if (close(fd) != 0 && ok) ok = 0, e = errno;
+    if (ok && io_rename(tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) {
+        unlink(tmp);
+        return dlt__err(DLT_ERR_IO, func, "cannot write %s: %s", path, strerror(e ? e : EIO));
+    }
+    sync_dir(path);
+    return DLT_OK;
+}

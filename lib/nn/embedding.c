@@ -53,7 +53,8 @@ dlt_status dlt__embedding_new(dlt_ctx *ctx, int64_t num, int64_t dim, int64_t pa
         st = dlt_grad_set_enabled(ctx, 0, &prev);
         if (st == DLT_OK) st = dlt_narrow(m->state[0].t, 0, pad, 1, &row);
         if (st == DLT_OK) st = dlt_tensor_fill(row, 0.0);
-        (void)dlt_grad_set_enabled(ctx, prev, NULL);
+        const dlt_status st2 = dlt_grad_set_enabled(ctx, prev, NULL);
+        if (st == DLT_OK) st = st2;
         dlt_tensor_release(row);
     }
     if (st != DLT_OK) {

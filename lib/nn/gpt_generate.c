@@ -14,8 +14,6 @@
 #include "../core/philox.h"
 #include "nn_internal.h"
 
-int dlt__is_gpt(const dlt_module *m);
-
 typedef struct scored {
     float v;
     int64_t i;
@@ -94,8 +92,12 @@ dlt_status dlt_gpt_generate(dlt_module *gpt, const int64_t *prompt, int64_t n_pr
         if (st == DLT_OK) seq[n] = sample(row, tmp, c.vocab_size, temperature, top_k, seed, (uint64_t)(n - n_prompt));
         dlt_tensor_release(idx), dlt_tensor_release(logits), dlt_tensor_release(last), dlt_tensor_release(f32);
     }
-    if (was_training) (void)dlt_module_set_training(gpt, 1);
-    (void)dlt_grad_set_enabled(ctx, prev_grad, NULL);
+    if (was_training) {
+        const dlt_status s2 = dlt_module_set_training(gpt, 1);
+        if (st == DLT_OK) st = s2;
+    }
+    const dlt_status s3 = dlt_grad_set_enabled(ctx, prev_grad, NULL);
+    if (st == DLT_OK) st = s3;
     if (st == DLT_OK) memcpy(out, seq, (size_t)total * sizeof *seq);
     free(seq), free(row), free(tmp);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);

@@ -17,14 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "../../include/dltrain/gpt.h"
 #include "../../include/dltrain/io.h"
+#include "../io/io_internal.h"
 #include "nn_internal.h"
-
-int dlt__is_gpt(const dlt_module *m);
 
 static int is_conv1d(const char *name) {
     static const char *const suffixes[] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
@@ -74,7 +74,6 @@ dlt_status dlt_gpt_load_hf(dlt_module *gpt, const char *path) {
     int prefixed = 0;
     for (int32_t i = 0; i < dlt_safetensors_num_tensors(f); i++)
         if (!strncmp(dlt_safetensors_name(f, i), "transformer.", 12)) prefixed = 1;
-    int32_t used = 0; /* file tensors matched to a model entry */
     dlt_tensor *wte_w = NULL;
     for (int32_t i = 0; st == DLT_OK && i < n_entries; i++) {
         const dlt__state_entry *e = &gpt->flat[i];
@@ -90,7 +89,6 @@ dlt_status dlt_gpt_load_hf(dlt_module *gpt, const char *path) {
             st = dlt__err(DLT_ERR_FORMAT, F, "%s: the model's %s (as '%s') is not in the file", file, name, hf);
             break;
         }
-        used++;
         const dlt_tensor *t = e->tensor;
         const int conv = is_conv1d(name);
         int ok = nd == t->ndim;
@@ -127,22 +125,18 @@ dlt_status dlt_gpt_load_hf(dlt_module *gpt, const char *path) {
         }
         vals[i] = raw;
     }
-    if (st == DLT_OK && cfg.tied) { /* a stored lm_head must equal wte: it is the same tensor here */
-        if (dlt_safetensors_info(f, "lm_head.weight", NULL, NULL, 0, NULL) == DLT_OK) used++;
-    }
-    dlt_clear_error();
-    if (st == DLT_OK) { /* anything else in the file must be a mask buffer */
-        int32_t extra = 0;
-        const char *first = NULL;
-        for (int32_t i = 0; i < dlt_safetensors_num_tensors(f); i++) {
-            const char *nm = dlt_safetensors_name(f, i);
-            if (is_mask_buffer(nm)) continue;
-            extra++;
-            if (!first) first = nm;
+    /* every other tensor of the file must be a mask buffer (or the tied head) */
+    for (int32_t j = 0; st == DLT_OK && j < dlt_safetensors_num_tensors(f); j++) {
+        const char *nm = dlt_safetensors_name(f, j);
+        if (is_mask_buffer(nm) || (cfg.tied && !strcmp(nm, "lm_head.weight"))) continue;
+        int known = 0;
+        for (int32_t i = 0; !known && i < n_entries; i++) {
+            const char *mn = gpt->flat[i].name;
+            known = !strcmp(nm, mn) || (!prefixed && !strncmp(mn, "transformer.", 12) && !strcmp(nm, mn + 12));
         }
-        if (extra > used)
-            st = dlt__err(DLT_ERR_FORMAT, F, "%s holds %d tensors this GPT does not have (first checked: '%s')", file,
-                          extra - used, first ? first : "?");
+        if (!known)
+            st = dlt__err(DLT_ERR_FORMAT, F, "%s holds '%s', which this GPT does not have (n_layer %d, bias %d)",
+                          file, nm, cfg.n_layer, cfg.bias);
     }
     /* all checked: write */
     int32_t prev = 1;
@@ -160,7 +154,10 @@ dlt_status dlt_gpt_load_hf(dlt_module *gpt, const char *path) {
             st = dlt_tensor_copy(dst, vals[i]);
         }
     }
-    if (prev != 1 || st == DLT_OK) (void)dlt_grad_set_enabled(gpt->ctx, prev, NULL);
+    {
+        const dlt_status s2 = dlt_grad_set_enabled(gpt->ctx, prev, NULL);
+        if (st == DLT_OK) st = s2;
+    }
     for (int32_t i = 0; vals && i < n_entries; i++) dlt_tensor_release(vals[i]);
     free(vals);
     dlt_safetensors_close(f);
@@ -168,22 +165,6 @@ dlt_status dlt_gpt_load_hf(dlt_module *gpt, const char *path) {
 }
 
 /* ---- saving ---- */
-
-static dlt_status write_file_atomic(const char *path, const char *text, const char *F) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *fp = fopen(tmp, "wx");
-    if (!fp) return dlt__err(DLT_ERR_IO, F, "cannot create %s: %s", tmp, strerror(errno));
-    const size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, fp) == n && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        const int e = errno;
-        remove(tmp);
-        return dlt__err(DLT_ERR_IO, F, "cannot write %s: %s", path, strerror(e));
-    }
-    return DLT_OK;
-}
 
 static char *config_json(const dlt_gpt_config *c) {
     cJSON *j = cJSON_CreateObject();
@@ -260,7 +241,7 @@ dlt_status dlt_gpt_save_hf(const dlt_module *gpt, const char *dir) {
         char *js = config_json(&cfg);
         if (!js) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot build config.json");
         snprintf(path, sizeof path, "%s/config.json", dir);
-        st = write_file_atomic(path, js, F);
+        st = dlt__write_bytes_atomic(path, js, strlen(js), F);
         cJSON_free(js);
     }
     return st == DLT_OK ? st : dlt__err_wrap(st, F);

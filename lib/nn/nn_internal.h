@@ -184,6 +184,15 @@ dlt_status dlt__linear_new(dlt_ctx *ctx, int64_t in, int64_t out_features, int32
                            const char *func, dlt_module **out);
 dlt_status dlt__max_pool2d_new(dlt_ctx *ctx, int64_t kernel, int64_t stride, int64_t padding,
                                const char *func, dlt_module **out);
+/* Transformer layers (embedding.c, layer_norm.c, dropout.c); the GPT family (gpt.c) builds
+ * on them. */
+dlt_status dlt__embedding_new(dlt_ctx *ctx, int64_t num, int64_t dim, int64_t padding_idx, const char *func,
+                              dlt_module **out);
+dlt_status dlt__layernorm_new(dlt_ctx *ctx, int64_t dim, double eps, int32_t affine, int32_t bias, const char *func,
+                              dlt_module **out);
+dlt_status dlt__dropout_new(dlt_ctx *ctx, double p, const char *func, dlt_module **out);
+/* Whether m is a GPT (gpt.c). */
+int dlt__is_gpt(const dlt_module *m);
 /* torchvision's BasicBlock/Bottleneck, unpacked (block.c; resnet.c packs the whole net). */
 dlt_status dlt__block_new(dlt_ctx *ctx, int bottleneck, int64_t inplanes, int64_t planes,
                           int64_t stride, const char *func, dlt_module **out);

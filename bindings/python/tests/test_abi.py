@@ -93,7 +93,7 @@ def _expected_ctype(t, is_return=False):
         return ctypes.c_void_p
     if bare.endswith("*") and bare[:-1] in _HANDLES:
         return ctypes.c_void_p
-    if bare.endswith("_options*"):  # option structs: byref(ctypes.Structure) as c_void_p
+    if bare.endswith("_options*") or bare.endswith("_config*"):  # option/config structs: byref(Structure)
         return ctypes.c_void_p
     if bare.endswith("**") and bare[:-2] in _HANDLES:
         return P(ctypes.c_void_p)

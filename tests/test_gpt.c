@@ -1,0 +1,362 @@
+/*
+ * test_gpt.c - the GPT module family (include/dltrain/gpt.h) on the CPU against PyTorch:
+ * tests/fixtures/gpt/ holds two tiny GPT-2-shaped models made by
+ * tests/golden/gen_gpt_golden.py (PyTorch, float64): weights under nanoGPT's names, the
+ * same weights in Hugging Face's layout, one batch, the logits, the loss, every gradient,
+ * and the losses of three AdamW steps with nanoGPT's parameter groups. Checked here:
+ *   - loading nanoGPT names; logits (rel 1e-5), loss (1e-5), gradients (rel 1e-4);
+ *   - three AdamW steps give PyTorch's losses (1e-5);
+ *   - a Hugging Face file (Conv1D transposed, mask buffers) loads to the same logits;
+ *     our HF save reloads to the same weights, and its names and shapes are HF's;
+ *   - a padded vocabulary (65 -> 72 columns) with the loss over the real 65;
+ *   - state names, parameter counts, the tied head (one tensor), GPT-2's init statistics;
+ *   - generation: deterministic for a seed, tokens in range, temperature/top_k limits;
+ *   - errors: a sequence longer than the block, float indices, a mismatched file (named,
+ *     model unchanged), bad configurations.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static dlt_ctx *g_ctx;
+static char g_dir[1024];
+
+static const char *fixture(const char *name) {
+    static char buf[1400];
+    snprintf(buf, sizeof buf, "%.1000s/%.300s", g_dir, name);
+    return buf;
+}
+
+static const char *tmp_dir(void) {
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : "/tmp";
+}
+
+static dlt_gpt_config tiny_config(int bias) {
+    dlt_gpt_config c;
+    dlt_gpt_config_default(&c);
+    c.n_layer = 2;
+    c.n_embd = 16;
+    c.block_size = 8;
+    c.bias = bias;
+    c.tied = 1;
+    c.dropout = 0.0;
+    if (bias) {
+        c.n_head = 2;
+        c.vocab_size = 29;
+    } else {
+        c.n_head = 4;
+        c.vocab_size = 65;
+        c.padded_vocab_size = 72;
+    }
+    return c;
+}
+
+static dlt_tensor *golden(dlt_safetensors *f, const char *name) {
+    dlt_tensor *t = NULL;
+    CHECK_OK(dlt_safetensors_get(f, g_ctx, name, &t));
+    return t;
+}
+
+static double *host(const dlt_tensor *t) {
+    dlt_tensor *f = NULL;
+    CHECK_OK(dlt_tensor_cast(t, DLT_F32, &f));
+    const int64_t n = dlt_tensor_numel(f);
+    float *b = malloc((size_t)(n ? n : 1) * sizeof *b);
+    double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    CHECK_OK(dlt_tensor_copy_to_host(f, b, (size_t)n * sizeof *b));
+    for (int64_t i = 0; i < n; i++) d[i] = b[i];
+    free(b);
+    dlt_tensor_release(f);
+    return d;
+}
+
+static double relerr(const dlt_tensor *a, const dlt_tensor *b) {
+    REQUIRE(dlt_tensor_numel(a) == dlt_tensor_numel(b), "%lld vs %lld elements", (long long)dlt_tensor_numel(a),
+            (long long)dlt_tensor_numel(b));
+    double *x = host(a), *y = host(b), num = 0, den = 0;
+    for (int64_t i = 0; i < dlt_tensor_numel(a); i++) {
+        num += (x[i] - y[i]) * (x[i] - y[i]);
+        den += y[i] * y[i];
+    }
+    free(x), free(y);
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+/* A model with the fixture's weights (nanoGPT names; the file omits the tied lm_head). */
+static dlt_module *load_model(const char *prefix, int bias) {
+    dlt_gpt_config c = tiny_config(bias);
+    dlt_module *m = NULL;
+    CHECK_OK(dlt_gpt_create(g_ctx, &c, &m));
+    char name[256];
+    snprintf(name, sizeof name, "%s.weights.safetensors", prefix);
+    dlt_module_load_options o;
+    dlt_module_load_options_default(&o);
+    o.strict = 0;
+    dlt_load_report *rep = NULL;
+    CHECK_OK(dlt_module_load_ex(m, fixture(name), &o, &rep));
+    CHECK(dlt_load_report_count(rep, DLT_LOAD_UNEXPECTED) == 0, "unexpected names in %s", name);
+    CHECK(dlt_load_report_count(rep, DLT_LOAD_MISMATCHED) == 0, "mismatched names in %s", name);
+    const int32_t miss = dlt_load_report_count(rep, DLT_LOAD_MISSING);
+    CHECK(miss == 0 || (miss == 1 && !strcmp(dlt_load_report_name(rep, DLT_LOAD_MISSING, 0), "lm_head.weight")),
+          "missing %d names, first %s", miss, miss ? dlt_load_report_name(rep, DLT_LOAD_MISSING, 0) : "");
+    dlt_load_report_destroy(rep);
+    return m;
+}
+
+static void check_against_golden(const char *prefix, int bias) {
+    dlt_module *m = load_model(prefix, bias);
+    char name[256];
+    snprintf(name, sizeof name, "%s.golden.safetensors", prefix);
+    dlt_safetensors *f = NULL;
+    CHECK_OK(dlt_safetensors_open(fixture(name), &f));
+    dlt_tensor *idx = golden(f, "idx"), *tgt = golden(f, "targets"), *want_logits = golden(f, "logits");
+    dlt_tensor *want_loss = golden(f, "loss"), *logits = NULL, *loss = NULL;
+    CHECK_OK(dlt_gpt_forward(m, idx, tgt, &logits, &loss));
+    const double el = relerr(logits, want_logits);
+    CHECK(el < 1e-5, "%s logits rel err %.3g", prefix, el);
+    double lv = 0, wl = 0;
+    CHECK_OK(dlt_tensor_item(loss, &lv));
+    CHECK_OK(dlt_tensor_get(want_loss, 0, &wl));
+    CHECK(fabs(lv - wl) < 1e-5, "%s loss %.7f, PyTorch %.7f", prefix, lv, wl);
+    CHECK_OK(dlt_backward(loss, NULL));
+    int32_t n = dlt_module_num_state(m), checked = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const char *sn = NULL;
+        dlt_tensor *t = NULL;
+        int32_t is_param = 0;
+        CHECK_OK(dlt_module_state_entry(m, i, &sn, &t, &is_param));
+        if (!is_param || !strcmp(sn, "lm_head.weight")) continue;
+        char gname[300];
+        snprintf(gname, sizeof gname, "grad.%s", sn);
+        dlt_tensor *want = golden(f, gname);
+        const double eg = relerr(dlt_tensor_grad(t), want);
+        CHECK(eg < 1e-4, "%s gradient of %s rel err %.3g", prefix, sn, eg);
+        dlt_tensor_release(want);
+        checked++;
+    }
+    CHECK(checked >= 10, "only %d gradients checked", checked);
+    /* three AdamW steps with nanoGPT's groups (decay on >= 2-D tensors) */
+    dlt_tensor *params[64];
+    int32_t np = 0;
+    CHECK_OK(dlt_module_params(m, params, 64, &np));
+    dlt_tensor *decay[64], *nodecay[64];
+    int32_t nd = 0, nn = 0;
+    for (int32_t i = 0; i < np; i++) {
+        if (dlt_tensor_ndim(params[i]) >= 2) decay[nd++] = params[i];
+        else nodecay[nn++] = params[i];
+    }
+    dlt_adamw_options o;
+    dlt_adamw_options_default(&o);
+    o.lr = 1e-3, o.beta1 = 0.9, o.beta2 = 0.95, o.eps = 1e-8, o.weight_decay = 0.1;
+    dlt_optimizer *opt = NULL;
+    CHECK_OK(dlt_adamw_create_ex(decay, nd, &o, &opt));
+    if (nn) CHECK_OK(dlt_optimizer_add_param_group(opt, nodecay, nn, 1e-3, 0.0));
+    dlt_tensor *want_l = golden(f, "adamw_losses");
+    double *wl4 = host(want_l);
+    dlt_tensor_release(loss), loss = NULL;
+    dlt_tensor_release(logits), logits = NULL;
+    for (int step = 0; step < 4; step++) {
+        CHECK_OK(dlt_optimizer_zero_grad(opt, 1));
+        CHECK_OK(dlt_gpt_forward(m, idx, tgt, NULL, &loss));
+        CHECK_OK(dlt_tensor_item(loss, &lv));
+        CHECK(fabs(lv - wl4[step]) < 2e-5, "%s AdamW step %d: loss %.7f, PyTorch %.7f", prefix, step, lv, wl4[step]);
+        if (step < 3) {
+            CHECK_OK(dlt_backward(loss, NULL));
+            CHECK_OK(dlt_optimizer_step(opt));
+        }
+        dlt_tensor_release(loss), loss = NULL;
+    }
+    free(wl4);
+    dlt_tensor_release(want_l);
+    dlt_optimizer_destroy(opt);
+    dlt_tensor_release(idx), dlt_tensor_release(tgt), dlt_tensor_release(want_logits), dlt_tensor_release(want_loss);
+    dlt_safetensors_close(f);
+    dlt_module_destroy(m);
+}
+
+static void test_golden_bias(void) { check_against_golden("tiny_bias", 1); }
+static void test_golden_nobias_padded(void) { check_against_golden("tiny_nobias", 0); }
+
+static void test_hf_interop(void) {
+    dlt_module *ref = load_model("tiny_bias", 1), *m = NULL, *back = NULL;
+    dlt_gpt_config c = tiny_config(1);
+    CHECK_OK(dlt_ctx_set_seed(g_ctx, 99)); /* a different random init first */
+    CHECK_OK(dlt_gpt_create(g_ctx, &c, &m));
+    CHECK_OK(dlt_gpt_load_hf(m, fixture("tiny_bias.hf.safetensors")));
+    dlt_safetensors *f = NULL;
+    CHECK_OK(dlt_safetensors_open(fixture("tiny_bias.golden.safetensors"), &f));
+    dlt_tensor *idx = golden(f, "idx"), *want = golden(f, "logits"), *lg = NULL;
+    CHECK_OK(dlt_gpt_forward(m, idx, NULL, &lg, NULL));
+    CHECK(relerr(lg, want) < 1e-5, "logits after a Hugging Face load");
+    dlt_tensor_release(lg), lg = NULL;
+    /* save as HF, check the file's layout, reload */
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%.1000s/test_gpt_hf_%d", tmp_dir(), (int)getpid());
+    CHECK_OK(dlt_gpt_save_hf(m, dir));
+    char file[1300];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    dlt_safetensors *h = NULL;
+    CHECK_OK(dlt_safetensors_open(file, &h));
+    int64_t shape[4];
+    int32_t nd = 0, dt = -1;
+    CHECK_OK(dlt_safetensors_info(h, "transformer.h.0.attn.c_attn.weight", &dt, shape, 4, &nd));
+    CHECK(nd == 2 && shape[0] == 16 && shape[1] == 48, "c_attn stored [in, out] = [16, 48], got [%lld, %lld]",
+          (long long)shape[0], (long long)shape[1]);
+    CHECK(dlt_safetensors_info(h, "lm_head.weight", NULL, NULL, 0, NULL) != DLT_OK, "a tied lm_head was written");
+    dlt_clear_error();
+    dlt_safetensors_close(h);
+    CHECK_OK(dlt_gpt_from_hf(g_ctx, dir, &back));
+    CHECK_OK(dlt_gpt_forward(back, idx, NULL, &lg, NULL));
+    CHECK(relerr(lg, want) < 1e-6, "logits after a save/load through the Hugging Face layout");
+    dlt_tensor_release(lg);
+    /* a file of another shape: refused by name, the model unchanged */
+    dlt_gpt_config c2 = c;
+    c2.n_embd = 32;
+    dlt_module *other = NULL;
+    CHECK_OK(dlt_gpt_create(g_ctx, &c2, &other));
+    CHECK_STATUS(dlt_gpt_load_hf(other, dir), DLT_ERR_SHAPE);
+    CHECK(strstr(dlt_last_error(), "transformer.") != NULL, "the message names the tensor: %s", dlt_last_error());
+    dlt_module_destroy(other);
+    /* a file with a tensor this GPT lacks, or lacking one: refused by name, m unchanged */
+    {
+        dlt_safetensors *src = NULL;
+        CHECK_OK(dlt_safetensors_open(fixture("tiny_bias.hf.safetensors"), &src));
+        const int32_t nt = dlt_safetensors_num_tensors(src);
+        const char *names[64];
+        dlt_tensor *ts[64];
+        for (int32_t i = 0; i < nt; i++) {
+            names[i] = dlt_safetensors_name(src, i);
+            ts[i] = golden(src, names[i]);
+        }
+        char extra[1300], missing[1300];
+        snprintf(extra, sizeof extra, "%s/extra.safetensors", dir);
+        snprintf(missing, sizeof missing, "%s/missing.safetensors", dir);
+        names[nt] = "transformer.h.7.mlp.c_fc.weight";
+        ts[nt] = dlt_tensor_retain(ts[0]);
+        CHECK_OK(dlt_safetensors_save(extra, names, ts, nt + 1));
+        CHECK_OK(dlt_safetensors_save(missing, names + 1, ts + 1, nt - 1)); /* without names[0] */
+        dlt_tensor *before = NULL, *after = NULL;
+        CHECK_OK(dlt_gpt_forward(m, idx, NULL, &before, NULL));
+        CHECK_STATUS(dlt_gpt_load_hf(m, extra), DLT_ERR_FORMAT);
+        CHECK(strstr(dlt_last_error(), "transformer.h.7.mlp.c_fc.weight") != NULL, "names the extra tensor: %s",
+              dlt_last_error());
+        CHECK_STATUS(dlt_gpt_load_hf(m, missing), DLT_ERR_FORMAT);
+        CHECK(strstr(dlt_last_error(), names[0]) != NULL, "names the missing tensor: %s", dlt_last_error());
+        CHECK_OK(dlt_gpt_forward(m, idx, NULL, &after, NULL));
+        CHECK(relerr(after, before) == 0.0, "a failed load changed the model");
+        dlt_tensor_release(before), dlt_tensor_release(after);
+        for (int32_t i = 0; i <= nt; i++) dlt_tensor_release(ts[i]);
+        dlt_safetensors_close(src);
+    }
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    dlt_tensor_release(idx), dlt_tensor_release(want);
+    dlt_safetensors_close(f);
+    dlt_module_destroy(m), dlt_module_destroy(back), dlt_module_destroy(ref);
+}
+
+static void test_structure_and_init(void) {
+    dlt_gpt_config c;
+    CHECK_OK(dlt_gpt_config_preset("tiny", &c));
+    c.bias = 1;
+    dlt_module *m = NULL;
+    CHECK_OK(dlt_gpt_create(g_ctx, &c, &m));
+    const char *want[] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+                          "transformer.h.0.ln_1.bias", "transformer.h.0.attn.c_attn.weight",
+                          "transformer.h.0.attn.c_attn.bias", "transformer.h.0.attn.c_proj.weight",
+                          "transformer.h.0.attn.c_proj.bias", "transformer.h.0.ln_2.weight",
+                          "transformer.h.0.ln_2.bias", "transformer.h.0.mlp.c_fc.weight",
+                          "transformer.h.0.mlp.c_fc.bias", "transformer.h.0.mlp.c_proj.weight",
+                          "transformer.h.0.mlp.c_proj.bias"};
+    for (int i = 0; i < 14; i++) {
+        const char *sn = NULL;
+        dlt_tensor *t = NULL;
+        int32_t p = 0;
+        CHECK_OK(dlt_module_state_entry(m, i, &sn, &t, &p));
+        CHECK(!strcmp(sn, want[i]), "state %d is %s, expected %s", i, sn, want[i]);
+    }
+    dlt_tensor *wte = NULL, *head = NULL, *proj = NULL, *fc = NULL;
+    CHECK_OK(dlt_module_find(m, "transformer.wte.weight", &wte));
+    CHECK_OK(dlt_module_find(m, "lm_head.weight", &head));
+    CHECK(wte == head, "the tied head is the embedding's tensor");
+    /* GPT-2 init: std 0.02, residual projections 0.02/sqrt(2L) */
+    CHECK_OK(dlt_module_find(m, "transformer.h.1.mlp.c_proj.weight", &proj));
+    CHECK_OK(dlt_module_find(m, "transformer.h.1.mlp.c_fc.weight", &fc));
+    const dlt_tensor *ts[2] = {fc, proj};
+    const double stds[2] = {0.02, 0.02 / sqrt(4.0)};
+    for (int k = 0; k < 2; k++) {
+        double *v = host(ts[k]), s = 0, s2 = 0;
+        const int64_t n = dlt_tensor_numel(ts[k]);
+        for (int64_t i = 0; i < n; i++) s += v[i], s2 += v[i] * v[i];
+        const double sd = sqrt(s2 / n - (s / n) * (s / n));
+        CHECK(fabs(sd - stds[k]) < 0.15 * stds[k], "init std %.5f, expected %.5f", sd, stds[k]);
+        free(v);
+    }
+    dlt_module_destroy(m);
+}
+
+static void test_generate(void) {
+    dlt_module *m = load_model("tiny_nobias", 0);
+    const int64_t prompt[3] = {1, 5, 9};
+    int64_t a[3 + 12], b[3 + 12], g[3 + 12];
+    CHECK_OK(dlt_gpt_generate(m, prompt, 3, 12, 1.0, 0, 7, a));
+    CHECK_OK(dlt_gpt_generate(m, prompt, 3, 12, 1.0, 0, 7, b));
+    CHECK(!memcmp(a, b, sizeof a), "the same seed gave two texts");
+    for (int i = 0; i < 15; i++) CHECK(a[i] >= 0 && a[i] < 65, "token %lld outside the real vocabulary", (long long)a[i]);
+    CHECK(a[0] == 1 && a[1] == 5 && a[2] == 9, "the prompt is kept");
+    /* top_k = 1 is greedy: the argmax of the last position's logits, step by step */
+    CHECK_OK(dlt_gpt_generate(m, prompt, 3, 12, 1.0, 1, 7, g));
+    int64_t g2[15];
+    CHECK_OK(dlt_gpt_generate(m, prompt, 3, 12, 0.5, 1, 123, g2));
+    CHECK(!memcmp(g, g2, sizeof g), "greedy decoding depends on the seed or temperature");
+    CHECK_STATUS(dlt_gpt_generate(m, prompt, 3, 2, 0.0, 0, 1, g), DLT_ERR_INVALID_ARGUMENT);
+    const int64_t bad[1] = {65};
+    CHECK_STATUS(dlt_gpt_generate(m, bad, 1, 2, 1.0, 0, 1, g), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(dlt_module_is_training(m), "generation restored training mode");
+    dlt_module_destroy(m);
+}
+
+static void test_errors(void) {
+    dlt_gpt_config c = tiny_config(0);
+    dlt_module *m = NULL;
+    CHECK_OK(dlt_gpt_create(g_ctx, &c, &m));
+    const int64_t s9[2] = {1, 9}, s4[2] = {1, 4};
+    dlt_tensor *idx9 = NULL, *idxf = NULL, *out = (dlt_tensor *)0x1;
+    CHECK_OK(dlt_tensor_zeros(g_ctx, DLT_I64, s9, 2, 0, &idx9));
+    CHECK_OK(dlt_tensor_zeros(g_ctx, DLT_F32, s4, 2, 0, &idxf));
+    CHECK_STATUS(dlt_gpt_forward(m, idx9, NULL, &out, NULL), DLT_ERR_SHAPE);
+    CHECK_STATUS(dlt_gpt_forward(m, idxf, NULL, &out, NULL), DLT_ERR_SHAPE);
+    CHECK_STATUS(dlt_gpt_forward(m, idx9, NULL, NULL, NULL), DLT_ERR_NULL_POINTER);
+    CHECK(out == (dlt_tensor *)0x1, "out-pointer untouched on failure");
+    dlt_gpt_config bad = c;
+    bad.n_head = 3;
+    dlt_module *x = NULL;
+    CHECK_STATUS(dlt_gpt_create(g_ctx, &bad, &x), DLT_ERR_INVALID_ARGUMENT);
+    bad = c;
+    bad.padded_vocab_size = 10;
+    CHECK_STATUS(dlt_gpt_create(g_ctx, &bad, &x), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_gpt_config_preset("gpt5", &bad), DLT_ERR_INVALID_ARGUMENT);
+    dlt_tensor_release(idx9), dlt_tensor_release(idxf);
+    dlt_module_destroy(m);
+}
+
+int main(void) {
+    const char *root = getenv("DLT_SOURCE_ROOT");
+    snprintf(g_dir, sizeof g_dir, "%s/tests/fixtures/gpt", root ? root : ".");
+    if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &g_ctx) != DLT_OK) {
+        printf("Bail out! %s\n", dlt_last_error());
+        return 1;
+    }
+    RUN(test_golden_bias);
+    RUN(test_golden_nobias_padded);
+    RUN(test_hf_interop);
+    RUN(test_structure_and_init);
+    RUN(test_generate);
+    RUN(test_errors);
+    dlt_ctx_destroy(g_ctx);
+    return th_done();
+}
