@@ -22,6 +22,8 @@ from ._tensor import Tensor
 SPLIT_TRAIN = 0
 SPLIT_TEST = 1
 IMAGE_BYTES = 3 * 32 * 32
+TOKENS_LLMC = 1  # llm.c token files (1024-byte header)
+TOKENS_RAW = 2   # nanoGPT's headerless train.bin / val.bin
 
 
 class Dataset(Handle):
