@@ -123,7 +123,7 @@ static void test_offsets_reference(void) {
     dlt_token_loader *ld = NULL;
     CHECK_OK(dlt_token_dataset_create(g_ctx, tok, 64, 64, &ds));
     CHECK_OK(dlt_token_loader_create(ds, 7, 63, 5, &ld)); /* range 64 - 63 = 1 */
-    int64_t off[7];
+    int64_t off[9];
     for (int64_t s = 0; s < 4; s++) {
         CHECK_OK(dlt_token_loader_offsets(ld, s, off, 7));
         for (int b = 0; b < 7; b++) CHECK(off[b] == 0);
@@ -132,7 +132,7 @@ static void test_offsets_reference(void) {
     CHECK_OK(dlt_token_loader_create(ds, 9, 3, UINT64_C(0xDEADBEEF12345678), &ld)); /* range 61 */
     for (int64_t s = 0; s < 50; s++) {
         CHECK_OK(dlt_token_loader_offsets(ld, s, off, 9));
-        for (int b = 0; b < 7; b++) {
+        for (int b = 0; b < 9; b++) {
             int64_t want = ref_token_offset(UINT64_C(0xDEADBEEF12345678), s, b, 61);
             CHECK(off[b] == want && off[b] >= 0 && off[b] < 61, "step %lld row %d: %lld vs %lld",
                   (long long)s, b, (long long)off[b], (long long)want);

@@ -79,7 +79,8 @@ DLT_API void dlt_tensor_dataset_options_default(dlt_tensor_dataset_options *o);
  * A host array becomes a tensor with dlt_tensor_from_host.
  * @return DLT_OK; DLT_ERR_NULL_POINTER (x, out); DLT_ERR_DTYPE (x not f32/f16/bf16/u8, labels
  *         not i32/i64); DLT_ERR_SHAPE (x 0-D or with a 0 dimension, labels not [N], image
- *         x not [N, C, H, W] u8 with C <= 16); DLT_ERR_CONTEXT_MISMATCH (labels elsewhere);
+ *         x not [N, C, H, W] u8 with C <= 16 and H, W <= 65536); DLT_ERR_CONTEXT_MISMATCH
+ *         (labels elsewhere);
  *         DLT_ERR_INVALID_ARGUMENT (a label below 0 or not below num_classes: the message
  *         names the first such index and value; num_classes outside 0..65536, image not
  *         0/1); out of memory. Nothing is created on failure.
@@ -100,7 +101,8 @@ typedef struct dlt_record_file_options {
     int64_t record_bytes;     /**< bytes of one record; default 3073 */
     int64_t label_offset;     /**< where the label starts in a record; default 0 */
     int64_t image_offset;     /**< where the image's C*H*W bytes start; default 1 */
-    int32_t channels, height, width; /**< image shape [C, H, W], C <= 16; default 3, 32, 32 */
+    int32_t channels, height, width; /**< image shape [C, H, W], C <= 16, H and W <= 65536;
+                                      *   default 3, 32, 32 */
 } dlt_record_file_options;
 
 /** Fills o with the defaults (size = sizeof *o; CIFAR-10's layout, see the fields). */

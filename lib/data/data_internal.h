@@ -35,6 +35,8 @@ extern "C" {
 
 /* Largest synthetic class count (labels are int32, names are kept per class). */
 #define DLT_DATA_MAX_CLASSES 65536
+/* Largest height or width of an image record. */
+#define DLT_DATA_MAX_SIDE 65536
 /* Key offset separating augmentation draws from shuffle keys of the same seed. */
 #define DLT_DATA_AUG_KEY 0x9E3779B97F4A7C15ull
 

@@ -3,8 +3,9 @@
  * tensor_dataset.c) and the batch loader.
  *
  * A dataset keeps every sample (records of one dtype and shape: u8 [C,H,W] for images) and
- * label (i32 [count], or none) in the context's memory, uploaded once. A loader turns it into batches with one backend gather
- * per batch (ctx->be->data_gather) into buffers it owns and reuses, so the tensors it hands
+ * label (i32 [count], or none) in the context's memory, uploaded once. A loader turns it
+ * into batches with one backend gather per batch (ctx->be->data_gather) into buffers it
+ * owns and reuses, so the tensors it hands
  * out keep their addresses from step to step (a captured CUDA graph reads them); the final
  * partial batch is a view of the first rows of the same buffers.
  *
@@ -75,15 +76,13 @@ static dlt_status check_sample(const dlt_data_sample *s, const char *func, int64
         if (dlt__mul_overflow(n, (size_t)s->shape[i], &n) || n > (size_t)INT32_MAX)
             return dlt__err(DLT_ERR_SHAPE, func, "a sample holds more than %d elements", INT32_MAX);
     }
-    if (s->image) {
-        if (s->dtype != DLT_U8 || s->ndim != 3 || s->shape[0] > DLT_DATA_MAX_CHANNELS ||
-            s->shape[1] > INT32_MAX || s->shape[2] > INT32_MAX)
-            return dlt__err(DLT_ERR_SHAPE, func,
-                            "an image sample is u8 [C, H, W] with C <= %d, got %s with %d dimensions"
-                            " (C = %lld)",
-                            DLT_DATA_MAX_CHANNELS, dlt_dtype_name(s->dtype), s->ndim,
-                            (long long)(s->ndim > 0 ? s->shape[0] : 0));
-    }
+    /* images: the crop arithmetic is int32 (pad <= min(H, W)) */
+    if (s->image && (s->dtype != DLT_U8 || s->ndim != 3 || s->shape[0] > DLT_DATA_MAX_CHANNELS ||
+                     s->shape[1] > DLT_DATA_MAX_SIDE || s->shape[2] > DLT_DATA_MAX_SIDE))
+        return dlt__err(DLT_ERR_SHAPE, func,
+                        "an image sample is u8 [C, H, W] with C <= %d and H, W <= %d, got %s with "
+                        "%d dimensions",
+                        DLT_DATA_MAX_CHANNELS, DLT_DATA_MAX_SIDE, dlt_dtype_name(s->dtype), s->ndim);
     *numel = (int64_t)n;
     *bytes = n * dlt__dtype_size(s->dtype);
     return DLT_OK;

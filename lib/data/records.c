@@ -292,10 +292,11 @@ static dlt_status check_layout(const dlt_record_file_options *o, const char *F) 
     if (o->header_bytes < 0 || o->header_bytes > MAX_HEADER_BYTES)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "header_bytes %lld is outside 0..%lld",
                         (long long)o->header_bytes, (long long)MAX_HEADER_BYTES);
-    if (o->channels < 1 || o->channels > DLT_DATA_MAX_CHANNELS || o->height < 1 || o->width < 1)
+    if (o->channels < 1 || o->channels > DLT_DATA_MAX_CHANNELS || o->height < 1 || o->width < 1 ||
+        o->height > DLT_DATA_MAX_SIDE || o->width > DLT_DATA_MAX_SIDE)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
-                        "the image shape [%d, %d, %d] needs 1..%d channels and sizes >= 1",
-                        o->channels, o->height, o->width, DLT_DATA_MAX_CHANNELS);
+                        "the image shape [%d, %d, %d] needs 1..%d channels and sides of 1..%d",
+                        o->channels, o->height, o->width, DLT_DATA_MAX_CHANNELS, DLT_DATA_MAX_SIDE);
     int64_t hw = (int64_t)o->height * o->width; /* int32 * int32 fits */
     int64_t img = hw <= o->record_bytes ? hw * o->channels : hw;
     if (o->image_offset < 0 || img > o->record_bytes || o->image_offset > o->record_bytes - img)
