@@ -18,6 +18,10 @@
  * so memory holds one copy of the data plus a few MB; on CUDA each chunk is uploaded as it
  * is read. Labels are gathered on the host (4 bytes per record) and attached at the end,
  * once their number of classes is known.
+ *
+ * dlt__data_open_regular and dlt__data_read_exact are the data readers' one way to open and
+ * read a file (token files and text files use them too): regular files only, opened
+ * without blocking on FIFOs, every failure naming the file and the system's reason.
  */
 #include <errno.h>
 #include <fcntl.h>
