@@ -99,10 +99,11 @@ dlt_status dlt__cuda_data_order(dlt_ctx *ctx, int32_t *perm, int64_t count, uint
 dlt_status dlt__cuda_data_cursor_set(dlt_ctx *ctx, dlt_data_cursor *cursor, int64_t batch,
                                      int64_t epoch);
 dlt_status dlt__cuda_data_cursor_advance(dlt_ctx *ctx, dlt_data_cursor *cursor);
+dlt_status dlt__cuda_data_tokens(dlt_ctx *ctx, const dlt_token_launch *L);
 #define DLT_CUDA_DATA_ENTRIES                                                                 \
     .data_gather = dlt__cuda_data_gather, .data_order = dlt__cuda_data_order,                 \
     .data_cursor_set = dlt__cuda_data_cursor_set,                                             \
-    .data_cursor_advance = dlt__cuda_data_cursor_advance,
+    .data_cursor_advance = dlt__cuda_data_cursor_advance, .data_tokens = dlt__cuda_data_tokens,
 
 /* ---- transformer ops: binary.cu (binary, copy_nd), pointwise.cu, reduce.cu, matmul.cu,
  * softmax.cu, layer_norm.cu, dropout.cu (and rng_advance), embedding.cu, attention.cu ---- */

@@ -207,3 +207,65 @@ double ref_cross_entropy(const double *logits, int64_t N, int64_t K, const int64
 void ref_relu(const double *x, int64_t n, double *y) {
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] > 0.0 || isnan(x[i])) ? x[i] : 0.0;
 }
+
+/* ---- data pipeline ---- */
+
+void ref_philox4(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0;
+        uint32_t n1 = (uint32_t)p1;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+        uint32_t n3 = (uint32_t)p0;
+        c[0] = n0;
+        c[1] = n1;
+        c[2] = n2;
+        c[3] = n3;
+    }
+    for (int i = 0; i < 4; i++) out[i] = c[i];
+}
+
+void ref_philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
+    uint32_t ctr[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    ref_philox4(ctr, key, out);
+}
+
+typedef struct {
+    uint64_t key;
+    int64_t index;
+} ref_keyed;
+
+static int ref_keyed_cmp(const void *pa, const void *pb) {
+    const ref_keyed *a = pa, *b = pb;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+void ref_data_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *out) {
+    ref_keyed *k = malloc((size_t)(n ? n : 1) * sizeof *k);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w[4];
+        ref_philox(seed, ((uint64_t)epoch << 32) | (uint64_t)i, w);
+        k[i].key = ((uint64_t)w[0] << 32) | w[1];
+        k[i].index = i;
+    }
+    qsort(k, (size_t)n, sizeof *k, ref_keyed_cmp);
+    for (int64_t i = 0; i < n; i++) out[i] = k[i].index;
+    free(k);
+}
+
+int64_t ref_token_offset(uint64_t seed, int64_t step, int64_t row, uint64_t range) {
+    __extension__ typedef unsigned __int128 u128;
+    uint32_t w[4];
+    ref_philox(seed, ((uint64_t)step << 32) | (uint64_t)row, w);
+    uint64_t u = ((uint64_t)w[0] << 32) | w[1];
+    return (int64_t)(((u128)u * range) >> 64);
+}

@@ -68,4 +68,16 @@ double ref_cross_entropy(const double *logits, int64_t N, int64_t K, const int64
 /* Elementwise helpers. */
 void ref_relu(const double *x, int64_t n, double *y);
 
+/* ---- data pipeline (test_data, test_records, test_tokens, cuda_data) ---- */
+/* Philox4x32-10 on a 128-bit counter and 64-bit key (Random123's definition). */
+void ref_philox4(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* The library's use: 64-bit counter in words 0-1 (2-3 zero), 64-bit seed as the key. */
+void ref_philox(uint64_t seed, uint64_t counter, uint32_t out[4]);
+/* Shuffle order of epoch e over n samples: indices sorted by the 64-bit key
+ * (w0 << 32 | w1) of philox(seed, e << 32 | k), ties by index. */
+void ref_data_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *out);
+/* nanoGPT-style window start of row b of token draw s: floor(u * range / 2^64) for
+ * u = w0 << 32 | w1 of philox(seed, s << 32 | b) (128-bit product). */
+int64_t ref_token_offset(uint64_t seed, int64_t step, int64_t row, uint64_t range);
+
 #endif

@@ -23,6 +23,7 @@
 
 #include "../lib/data/data_internal.h" /* white-box: ctx->capturing, the loader's cursor */
 #include "harness.h"
+#include "ref.h"
 
 #define REC 3073
 #define IMG 3072
@@ -37,59 +38,8 @@ static uint8_t g_test[4][REC];
  * Reference: Philox4x32-10, shuffle, augmentation, pixel values
  * ------------------------------------------------------------------------------------- */
 
-static void ref_philox4(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
-    uint32_t c[4] = {ctr_in[0], ctr_in[1], ctr_in[2], ctr_in[3]};
-    uint32_t k0 = key_in[0], k1 = key_in[1];
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0;
-        uint32_t n1 = (uint32_t)p1;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
-        uint32_t n3 = (uint32_t)p0;
-        c[0] = n0;
-        c[1] = n1;
-        c[2] = n2;
-        c[3] = n3;
-    }
-    memcpy(out, c, sizeof c);
-}
-
-/* the library's use: 64-bit counter in words 0-1, 64-bit seed as the key */
-static void ref_philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-    uint32_t ctr[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
-    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    ref_philox4(ctr, key, out);
-}
-
-typedef struct {
-    uint64_t key;
-    int64_t index;
-} ref_keyed;
-
-static int ref_cmp(const void *pa, const void *pb) {
-    const ref_keyed *a = pa, *b = pb;
-    if (a->key != b->key) return a->key < b->key ? -1 : 1;
-    return a->index < b->index ? -1 : a->index > b->index;
-}
-
-/* order of epoch e: indices sorted by the 64-bit key (w0 << 32 | w1) of philox(seed, e<<32|k) */
-static void ref_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *out) {
-    ref_keyed *k = malloc((size_t)n * sizeof *k);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w[4];
-        ref_philox(seed, ((uint64_t)epoch << 32) | (uint64_t)i, w);
-        k[i].key = ((uint64_t)w[0] << 32) | w[1];
-        k[i].index = i;
-    }
-    qsort(k, (size_t)n, sizeof *k, ref_cmp);
-    for (int64_t i = 0; i < n; i++) out[i] = k[i].index;
-    free(k);
-}
+/* Philox and the shuffle order come from tests/ref.c (ref_philox4, ref_philox,
+ * ref_data_order); checked against Random123's known answers below. */
 
 typedef struct {
     int pad, hflip, normalize;
@@ -552,9 +502,9 @@ static void test_shuffle(void) {
     CHECK(memcmp(oa0, ob0, sizeof oa0) == 0, "same seed and epoch: same order");
     CHECK(memcmp(oa0, oa1, sizeof oa0) != 0, "epochs differ");
     CHECK(memcmp(oa0, oc0, sizeof oa0) != 0, "seeds differ");
-    ref_order(42, 0, 13, ref);
+    ref_data_order(42, 0, 13, ref);
     CHECK(memcmp(oa0, ref, sizeof ref) == 0, "order of epoch 0 against the reference");
-    ref_order(42, 1, 13, ref);
+    ref_data_order(42, 1, 13, ref);
     CHECK(memcmp(oa1, ref, sizeof ref) == 0, "order of epoch 1 against the reference");
 
     /* the batches follow the order: two epochs in a row, then an explicit epoch 6 */
@@ -564,7 +514,7 @@ static void test_shuffle(void) {
     int64_t epochs[3] = {0, 1, 6};
     for (int e = 0; e < 3; e++) {
         int64_t order[13];
-        ref_order(42, epochs[e], 13, order);
+        ref_data_order(42, epochs[e], 13, order);
         if (e == 2) CHECK_OK(dlt_loader_start_epoch(a, 6));
         int64_t pos = 0;
         for (;;) {
@@ -593,7 +543,7 @@ static void test_shuffle(void) {
     for (int64_t e = 0; e < 3; e++) {
         CHECK_OK(dlt_loader_epoch_order(s, e, o, 5000));
         check_permutation(o, 5000, "5000 samples");
-        ref_order(UINT64_C(0xFEEDFACECAFEBEEF), e, 5000, r);
+        ref_data_order(UINT64_C(0xFEEDFACECAFEBEEF), e, 5000, r);
         CHECK(memcmp(o, r, 5000 * sizeof *o) == 0, "epoch %lld", (long long)e);
     }
     CHECK_STATUS(dlt_loader_epoch_order(s, 0, o, 4999), DLT_ERR_INVALID_ARGUMENT);
@@ -638,7 +588,7 @@ static void test_dtypes_and_formats(void) {
                 memcpy(cfg.std, stdv, sizeof stdv);
                 int64_t epoch = 2 + norm * 6 + d * 2 + f;
                 CHECK_OK(dlt_loader_start_epoch(ld, epoch));
-                ref_order(11, epoch, 13, order);
+                ref_data_order(11, epoch, 13, order);
                 int64_t pos = 0;
                 for (int b = 0; b < 3; b++) {
                     dlt_tensor *x = NULL, *y = NULL;
@@ -662,7 +612,7 @@ static void test_dtypes_and_formats(void) {
     CHECK_OK(dlt_loader_set_output(ld, DLT_F32, DLT_FORMAT_CONTIGUOUS, DLT_I64));
     CHECK_OK(dlt_loader_set_normalize(ld, mean, stdv));
     CHECK_OK(dlt_loader_start_epoch(ld, 0));
-    ref_order(11, 0, 13, order);
+    ref_data_order(11, 0, 13, order);
     dlt_tensor *x = NULL, *y = NULL;
     int32_t has = 0;
     CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
@@ -721,7 +671,7 @@ static void test_augment(void) {
             memcpy(cfg.std, stdv, sizeof stdv);
         }
         int64_t order[70];
-        ref_order(seed, epoch, 70, order);
+        ref_data_order(seed, epoch, 70, order);
         int64_t pos = 0;
         for (;;) {
             dlt_tensor *x = NULL, *y = NULL;
@@ -820,7 +770,7 @@ static void test_cursor_replay(void) {
     g_ctx->capturing = 0;
     CHECK(cur->batch == 9);
     int64_t order[50];
-    ref_order(3, 0, 50, order);
+    ref_data_order(3, 0, 50, order);
     int32_t lab = -1;
     CHECK_OK(dlt_dataset_get(ds, order[(8 * 8) % 50], NULL, 0, &lab));
     CHECK(label_at(ry, 0) == lab, "wrapped row");

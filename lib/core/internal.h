@@ -371,16 +371,18 @@ typedef struct dlt_clip_launch {
     int32_t scale;           /* 0: the total only (dlt_grad_norm), gradients untouched */
 } dlt_clip_launch;
 
-/* Data pipeline (lib/data, lib/cpu/data.c, cuda/data.cu). Images are 3x32x32 uint8 planes
- * (CIFAR-10's record order); labels int32. */
+/* Data pipeline (lib/data, lib/cpu/data.c, cuda/data.cu). CIFAR-10's images are 3x32x32
+ * uint8 planes (its record order); labels int32. */
 #define DLT_DATA_C 3
 #define DLT_DATA_H 32
 #define DLT_DATA_W 32
 #define DLT_DATA_IMAGE_BYTES (DLT_DATA_C * DLT_DATA_H * DLT_DATA_W)
+/* Channels of an image record (Normalize keeps a mean and std per channel). */
+#define DLT_DATA_MAX_CHANNELS 16
 
 /* Where a loader stands, in the backend's memory so that a captured step reads and
  * advances it on replay: the batch of the epoch that the next gather reads, and the epoch
- * (which keys the augmentation draws). */
+ * (which keys the augmentation draws). Token loaders use batch as their draw counter. */
 typedef struct dlt_data_cursor {
     int64_t batch;
     int64_t epoch;
@@ -388,25 +390,49 @@ typedef struct dlt_data_cursor {
 
 /* One batch: row i of the batch is epoch position p = cursor->batch * batch_size + i (taken
  * modulo count, so a replay past the end wraps instead of reading out of bounds), sample
- * perm[p] (or p when perm is NULL). x = byte / 255 in fp32, then (x - mean[c]) / std[c]
- * when normalize, rounded to x's dtype. Augmentation: Philox draw of (aug_seed, epoch,
- * unwrapped p) gives a crop offset and a flip (lib/data/data_internal.h). */
+ * perm[p] (or p when perm is NULL); its record is record_bytes at records + sample *
+ * record_bytes.
+ * Image records (image = 1: uint8 [C, H, W]): x = byte / 255 in fp32, then (x - mean[c]) /
+ * std[c] when normalize, rounded to x's dtype; augmentation: a Philox draw of (aug_seed,
+ * epoch, unwrapped p) gives a crop offset and a flip (lib/data/data_internal.h).
+ * Other records (image = 0, elements of src_dtype): each element converted to x's dtype
+ * (a plain copy when the dtypes match). x holds [n, *sample] in x->format (channels-last
+ * only for 3-D samples, read as [C, H, W]). y (when labels) gets the int32 labels widened
+ * to y's dtype. */
 typedef struct dlt_data_launch {
-    const uint8_t *images;          /* [count, 3, 32, 32] on the backend's device */
-    const int32_t *labels;          /* [count] */
+    const uint8_t *images;          /* the records, on the backend's device */
+    const int32_t *labels;          /* [count], or NULL (then y is NULL) */
     int64_t count;
     const int32_t *perm;            /* [count] sample order of the epoch, or NULL: identity */
     const dlt_data_cursor *cursor;  /* device/host, read by the gather */
     int64_t batch_size;             /* rows of a full batch */
     int64_t n;                      /* rows written (x->shape[0] == y->shape[0] == n) */
     int32_t normalize;
-    float mean[3], std[3];
+    float mean[DLT_DATA_MAX_CHANNELS], std[DLT_DATA_MAX_CHANNELS];
     int32_t crop_pad;               /* 0: no crop */
     int32_t hflip;
     uint64_t aug_seed;
-    dlt_tensor *x;                  /* [n, 3, 32, 32] f32/f16/bf16, either format */
-    dlt_tensor *y;                  /* [n] int32 or int64 */
+    dlt_tensor *x;                  /* [n, *sample] */
+    dlt_tensor *y;                  /* [n] int32 or int64, or NULL */
+    /* the record (appended for datasets over any records; CIFAR-10: u8, image, 3x32x32) */
+    int32_t image;                  /* 1: uint8 image record [C, H, W] */
+    int32_t src_dtype;              /* element dtype of a record */
+    int64_t sample_numel;           /* elements of one record */
+    size_t record_bytes;            /* sample_numel * element size */
+    int64_t C, H, W;                /* 3-D samples (images, channels-last output); else 1 */
 } dlt_data_launch;
+
+/* Token batches (lib/data/tokens.c): row b of draw s = cursor->batch starts at offset
+ * o = dlt__token_offset(seed, s, b, count - T) (lib/data/data_internal.h), and
+ * x[b, t] = tokens[o + t], y[b, t] = tokens[o + t + 1] for t < T, widened to x's dtype. */
+typedef struct dlt_token_launch {
+    const uint16_t *tokens;         /* [count] on the backend's device */
+    int64_t count;
+    const dlt_data_cursor *cursor;  /* device/host, read by the gather */
+    uint64_t seed;
+    int64_t batch_size, block_size; /* B, T */
+    dlt_tensor *x, *y;              /* [B, T] int32 or int64, same dtype */
+} dlt_token_launch;
 
 struct dlt_backend {
     const char *name;
@@ -643,6 +669,8 @@ struct dlt_backend {
                                   int64_t epoch);
     /* cursor->batch += 1 */
     dlt_status (*data_cursor_advance)(dlt_ctx *ctx, dlt_data_cursor *cursor);
+    /* one batch of token windows (see dlt_token_launch); x, y written, nothing else */
+    dlt_status (*data_tokens)(dlt_ctx *ctx, const dlt_token_launch *L);
 };
 
 const dlt_backend *dlt__cpu_backend(void);

@@ -96,10 +96,11 @@ dlt_status dlt__cpu_data_order(dlt_ctx *ctx, int32_t *perm, int64_t count, uint6
 dlt_status dlt__cpu_data_cursor_set(dlt_ctx *ctx, dlt_data_cursor *cursor, int64_t batch,
                                     int64_t epoch);
 dlt_status dlt__cpu_data_cursor_advance(dlt_ctx *ctx, dlt_data_cursor *cursor);
+dlt_status dlt__cpu_data_tokens(dlt_ctx *ctx, const dlt_token_launch *L);
 #define DLT_CPU_DATA_ENTRIES                                                                  \
     .data_gather = dlt__cpu_data_gather, .data_order = dlt__cpu_data_order,                   \
     .data_cursor_set = dlt__cpu_data_cursor_set,                                              \
-    .data_cursor_advance = dlt__cpu_data_cursor_advance,
+    .data_cursor_advance = dlt__cpu_data_cursor_advance, .data_tokens = dlt__cpu_data_tokens,
 
 /* ---- transformer ops: binary.c (binary, copy_nd), pointwise.c, reduce.c, matmul.c,
  * softmax.c, layer_norm.c, dropout.c, embedding.c, attention.c ---- */

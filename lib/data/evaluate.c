@@ -25,6 +25,9 @@ dlt_status dlt_evaluate_accuracy(dlt_module *model, dlt_loader *ld, double *accu
         return dlt__err(DLT_ERR_CONTEXT_MISMATCH, F,
                         "the model and the loader belong to different contexts (%s and %s)",
                         model_ctx->be->name, ctx->be->name);
+    if (!ld->ds->labels)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "the loader's dataset has no labels to compare the predictions with");
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     if (ctx->capturing)
         return dlt__err(DLT_ERR_INVALID_STATE, F, "reads the device: not allowed during capture");

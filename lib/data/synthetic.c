@@ -50,8 +50,12 @@ dlt_status dlt_synthetic_dataset_create(dlt_ctx *ctx, int64_t n, int32_t num_cla
     DLT_NULL_CHECK(out, F);
     if (learnable != 0 && learnable != 1)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "learnable must be 0 or 1, got %d", learnable);
+    if (num_classes < 1)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "num_classes %d is outside 1..%d",
+                        num_classes, DLT_DATA_MAX_CLASSES);
     dlt_dataset *ds = NULL;
-    DLT_CHECK(dlt__dataset_new(ctx, n, num_classes, F, &ds));
+    dlt_data_sample sample = dlt__data_cifar_sample();
+    DLT_CHECK(dlt__dataset_new(ctx, &sample, n, num_classes, F, &ds));
     dlt_status st = DLT_OK;
     int64_t chunk = n < CHUNK_IMAGES ? n : CHUNK_IMAGES;
     uint8_t *pix = dlt__host_alloc(ctx, (size_t)chunk * DLT_DATA_IMAGE_BYTES);

@@ -21,11 +21,11 @@ P = ctypes.POINTER
 _SCALARS = {
     "int32_t": ctypes.c_int32, "dlt_status": ctypes.c_int32, "uint32_t": ctypes.c_uint32,
     "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t,
-    "double": ctypes.c_double, "float": ctypes.c_float,
+    "double": ctypes.c_double, "float": ctypes.c_float, "uint16_t": ctypes.c_uint16,
 }
 _HANDLES = ("dlt_ctx", "dlt_tensor", "dlt_module", "dlt_optimizer", "dlt_grad_scaler",
             "dlt_dataset", "dlt_loader", "dlt_graph", "dlt_device_info", "dlt_gpu_monitor",
-            "dlt_event")
+            "dlt_event", "dlt_token_dataset", "dlt_token_loader", "dlt_char_tokenizer")
 # io.h (harden): the safetensors file handle and load report; an option struct is passed
 # by pointer, as c_void_p like a handle
 _HANDLES += ("dlt_safetensors", "dlt_load_report", "dlt_module_load_options")
@@ -158,7 +158,8 @@ def test_constants_match_the_headers():
         for m in re.finditer(r"^#define (DLT_\w+) (-?\d+)\b", open(path).read(), re.M):
             consts[m.group(1)] = int(m.group(2))
     modules = {"ERR_": [errors], "DEVICE_": [context], "MEM_": [context], "LOG_": [context],
-               "REDUCTION_": [ops], "SPLIT_": [data], "VALUE_": [device], "GEMM_": [device]}
+               "REDUCTION_": [ops], "SPLIT_": [data], "VALUE_": [device], "GEMM_": [device],
+               "TOKENS_": [data]}
     checked = 0
     problems = []
     for name, value in sorted(consts.items()):
