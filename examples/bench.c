@@ -12,14 +12,20 @@
  *
  *   bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] [--mode eager,graph]
  *         [--steps 20] [--blocks 5] [--warmup 5] [--classes 1000] [--device cuda|cpu]
- *         [--deterministic] [--log] [--json]
+ *         [--deterministic] [--log] [--json FILE]
+ *
+ * --json FILE writes the run record (docs/run-record.md): every configuration's row plus
+ * its time interval, and on a GPU the NVML monitor's series over the whole run.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <dltrain.h>
+
+#include "run_record.h"
 
 #define MAXV 8
 
@@ -86,7 +92,8 @@ static int cmp_d(const void *a, const void *b) {
 
 typedef struct result {
     double ms, first_s, peak_mib, loss;
-    int64_t nodes;
+    uint64_t peak_bytes;
+    int64_t nodes, params;
     int captured;
     dlt_status status;
     char err[256];
@@ -129,6 +136,7 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
     RUN(dlt_loader_set_output(s.loader, c->amp, c->format, DLT_I64));
     double t0 = now_s();
     RUN(dlt_resnet50_create(ctx, classes, &s.model));
+    r->params = dlt_module_param_count(s.model);
     if (c->format == DLT_FORMAT_CHANNELS_LAST) RUN(dlt_module_set_format(s.model, c->format));
     int32_t np = dlt_module_num_params(s.model);
     params = calloc((size_t)np, sizeof *params);
@@ -171,6 +179,7 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
     uint64_t peak = 0;
     RUN(dlt_memory_stat(ctx, DLT_MEM_PEAK_ALLOCATED, &peak));
     r->peak_mib = peak / 1048576.0;
+    r->peak_bytes = peak;
     RUN(dlt_tensor_item(s.loss_out, &r->loss));
 done:
     r->status = st;
@@ -187,6 +196,30 @@ done:
     dlt_loader_destroy(s.loader);
     dlt_dataset_destroy(ds);
     dlt_ctx_destroy(ctx);
+}
+
+/* One configuration's row of the record: what ran, the table's numbers, its interval. */
+static void bench_config_record(const run_record *rec, cJSON *o, const bench_cfg *c, const result *r,
+                                double t0, double t1) {
+    rr_int(o, "batch", c->batch);
+    rr_str(o, "precision", rr_precision_name(c->amp));
+    rr_bool(o, "grad_scaler", c->amp == DLT_F16);
+    rr_str(o, "memory_format", c->format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw");
+    rr_str(o, "mode", c->graph ? "graph" : "eager");
+    rr_bool(o, "captured", r->captured);
+    rr_str(o, "status", r->status == DLT_OK ? "ok" : "failed");
+    rr_str(o, "error", r->status == DLT_OK ? NULL : r->err);
+    int ok = r->status == DLT_OK;
+    rr_num(o, "ms_per_step", ok ? r->ms : NAN);
+    rr_num(o, "throughput_per_s", ok ? c->batch * 1000.0 / r->ms : NAN);
+    rr_num(o, "epoch_time_s", ok ? 50000.0 / c->batch * r->ms / 1000.0 : NAN);
+    if (ok) rr_int(o, "peak_memory_bytes", (int64_t)r->peak_bytes);
+    else rr_num(o, "peak_memory_bytes", NAN);
+    rr_sec(o, "first_step_s", ok ? r->first_s : NAN);
+    rr_int(o, "graph_nodes", r->nodes);
+    rr_num(o, "loss", ok ? r->loss : NAN);
+    rr_sec(o, "t_start_s", run_record_time(rec, t0));
+    rr_sec(o, "t_end_s", run_record_time(rec, t1));
 }
 
 /* "64,256" -> values; returns count */
@@ -206,7 +239,7 @@ static int parse_list(const char *s, int64_t *out) {
 static void usage(void) {
     fprintf(stderr, "usage: bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] "
                     "[--mode eager,graph] [--steps N] [--blocks N] [--warmup N] [--classes N] "
-                    "[--device cuda|cpu] [--deterministic] [--log] [--json]\n");
+                    "[--device cuda|cpu] [--deterministic] [--log] [--json FILE]\n");
 }
 
 int main(int argc, char **argv) {
@@ -214,15 +247,12 @@ int main(int argc, char **argv) {
     int nb = 1;
     int32_t amps[2] = {DLT_F16, DLT_BF16}, formats[2] = {DLT_FORMAT_CHANNELS_LAST, DLT_FORMAT_CONTIGUOUS};
     int na = 2, nf = 1, modes[2] = {0, 1}, nm = 2;
-    int steps = 20, blocks = 5, warmup = 5, json = 0;
+    int steps = 20, blocks = 5, warmup = 5;
+    const char *json = NULL; /* --json FILE: the run record */
     int64_t classes = 1000;
     int32_t device = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
         if (!strcmp(a, "--deterministic")) {
             g_deterministic = 1;
             continue;
@@ -262,6 +292,8 @@ int main(int argc, char **argv) {
             warmup = atoi(v);
         } else if (!strcmp(a, "--classes")) {
             classes = atoll(v);
+        } else if (!strcmp(a, "--json")) {
+            json = v;
         } else if (!strcmp(a, "--device")) {
             device = !strcmp(v, "cpu") ? DLT_DEVICE_CPU : DLT_DEVICE_CUDA;
         } else {
@@ -270,9 +302,22 @@ int main(int argc, char **argv) {
         }
     }
     if (steps < 1 || blocks < 1 || blocks > 64 || warmup < 1 || classes < 1) return usage(), 2;
+    if (json && run_record_check_path(json, "bench") != 0) return 1;
+    run_record *rec = json ? run_record_begin("bench", argc, argv) : NULL;
+    if (json && !rec) return fprintf(stderr, "bench: out of memory\n"), 1;
     int32_t ngpu = 0;
     if (dlt_cuda_device_count(&ngpu) != DLT_OK) ngpu = 0;
     if (device < 0) device = ngpu > 0 ? DLT_DEVICE_CUDA : DLT_DEVICE_CPU;
+    dlt_gpu_monitor *mon = NULL; /* for the record: sampled over the whole run */
+    if (rec && device == DLT_DEVICE_CUDA && dlt_gpu_monitor_start(0, 100, &mon) != DLT_OK) mon = NULL;
+    cJSON *configs = NULL;
+    if (rec) {
+        cJSON *res = run_record_results(rec, "bench");
+        rr_str(res, "sample_unit", "images");
+        rr_int(res, "epoch_samples", 50000);
+        configs = cJSON_AddArrayToObject(res, "configs");
+    }
+    int64_t params = -1;
     char name[256] = "cpu";
     dlt_ctx *probe = NULL;
     if (dlt_ctx_create(device, 0, DLT_ABI_VERSION, &probe) == DLT_OK) {
@@ -295,7 +340,14 @@ int main(int argc, char **argv) {
                 for (int m = 0; m < nm; m++) {
                     bench_cfg c = {batches[ib], amps[ia], formats[f], modes[m]};
                     result r;
+                    double t_cfg = run_record_mono_now();
                     run_cfg(device, &c, classes, steps, blocks, warmup, &r);
+                    if (rec) {
+                        cJSON *o = cJSON_CreateObject();
+                        cJSON_AddItemToArray(configs, o);
+                        bench_config_record(rec, o, &c, &r, t_cfg, run_record_mono_now());
+                    }
+                    if (r.status == DLT_OK) params = r.params;
                     const char *prec = c.amp == DLT_F16 ? "fp16+scaler" : "bf16";
                     const char *lay = c.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw";
                     const char *mode = c.graph ? (r.captured ? "graph" : "eager*") : "eager";
@@ -309,13 +361,30 @@ int main(int argc, char **argv) {
                            (long long)c.batch, prec, lay, mode, r.ms, c.batch * 1000.0 / r.ms,
                            50000.0 / c.batch * r.ms / 1000.0, r.peak_mib, r.first_s, (long long)r.nodes,
                            r.loss);
-                    if (json)
-                        printf("{\"impl\": \"libdltrain\", \"batch\": %lld, \"precision\": \"%s\", \"layout\": \"%s\", "
-                               "\"mode\": \"%s\", \"ms_per_step\": %.4f, \"img_per_s\": %.1f, \"epoch_s\": %.3f, "
-                               "\"peak_mib\": %.1f, \"first_step_s\": %.3f, \"graph_nodes\": %lld}\n",
-                               (long long)c.batch, prec, lay, mode, r.ms, c.batch * 1000.0 / r.ms,
-                               50000.0 / c.batch * r.ms / 1000.0, r.peak_mib, r.first_s, (long long)r.nodes);
                     fflush(stdout);
                 }
+    if (rec) {
+        if (mon) (void)dlt_gpu_monitor_stop(mon);
+        cJSON *dev = run_record_add_device(rec, device, 0);
+        run_record_device_monitor(rec, dev, mon);
+        cJSON *w = run_record_workload(rec);
+        rr_str(w, "model", "resnet50");
+        if (params > 0) rr_int(w, "parameters", params);
+        else rr_num(w, "parameters", NAN);
+        rr_int(w, "classes", classes);
+        rr_bool(w, "deterministic", g_deterministic);
+        cJSON *ds = cJSON_AddObjectToObject(w, "dataset");
+        rr_str(ds, "name", "synthetic (16 batches resident on the device)");
+        rr_str(ds, "sample_unit", "images");
+        cJSON *tm = cJSON_AddObjectToObject(w, "timing");
+        rr_int(tm, "warmup_steps", warmup);
+        rr_int(tm, "blocks", blocks);
+        rr_int(tm, "steps_per_block", steps);
+        rr_str(tm, "statistic", "median block");
+        if (run_record_write(rec, json, "bench") != 0) failed++;
+        else printf("run record: %s\n", json);
+        run_record_free(rec);
+        dlt_gpu_monitor_destroy(mon);
+    }
     return failed ? 1 : 0;
 }

@@ -39,7 +39,8 @@ typedef struct options {
     int32_t device; /* -1 auto */
     int32_t format; /* -1 auto */
     uint64_t seed;
-    int eval, json;
+    int eval;
+    const char *json; /* --json FILE: the run record */
 } options;
 
 static void usage(const char *prog, int accum) {
@@ -61,7 +62,7 @@ static void usage(const char *prog, int accum) {
             "  --eval            test accuracy after each epoch\n"
             "  --save FILE       checkpoint (model, optimizer, scaler, position) after each epoch\n"
             "  --resume FILE     continue from a checkpoint\n"
-            "  --json            a machine-readable summary on stdout at the end\n"
+            "  --json FILE       also write the run record (JSON, docs/run-record.md) to FILE\n"
             "%s",
             prog, accum > 1 ? "  --accum N         micro-batches per optimizer step (4)\n" : "");
 }
@@ -104,10 +105,6 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
             o->eval = 1;
             continue;
         }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(prog, accum_default);
             return 3;
@@ -115,6 +112,7 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
         if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--resume")) o->resume = v;
+        else if (!strcmp(a, "--json")) o->json = v;
         else if (!strcmp(a, "--epochs")) ok = v && parse_i64(v, &o->epochs, 1);
         else if (!strcmp(a, "--steps")) ok = v && parse_i64(v, &o->steps, 0);
         else if (!strcmp(a, "--batch")) ok = v && parse_i64(v, &o->batch, 1);
@@ -197,6 +195,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     report_run run;
     report_init(&run);
     int exit_code = 1;
+    if (o.json && report_record_begin(&run, o.json, prog, argc, argv) != 0) goto fail;
 
     int32_t ngpu = 0;
     TRY(dlt_cuda_device_count(&ngpu));
@@ -343,7 +342,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         }
         /* the epoch that held the first step also reports its time without it */
         double steady = (t_steady > 0 && steps_steady > 0) ? now_s() - t_steady : -1;
-        report_epoch(&run, epoch, i, nb, images, dt, peak, acc, steady, steps_steady, images_steady);
+        report_epoch(&run, epoch, i, nb, images, dt, peak, acc, steady, steps_steady, images_steady, t0);
         /* what stays held between epochs: flat from the second epoch on in a healthy run */
         uint64_t live = 0, nlive = 0, reserved = 0;
         TRY(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &live));
@@ -359,7 +358,14 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     report_monitor_stop(&run);
     run.first_step_s = first_step_s;
     report_table(&run, "resnet50", devname, o.batch, o.amp, o.accum, o.device == DLT_DEVICE_CUDA);
-    if (o.json) report_json(&run, "resnet50", devname, o.batch, o.amp, o.accum);
+    if (o.json) {
+        report_workload w = {"resnet50", dlt_module_param_count(model), o.classes, o.amp, o.amp == DLT_F16,
+                             o.batch, o.accum, o.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw",
+                             o.lr, o.momentum, real ? "cifar10" : "synthetic", real ? o.data : NULL,
+                             dlt_dataset_size(train_ds), o.epochs, o.steps, o.device, 0};
+        if (report_record_write(&run, &w, o.json, prog) != 0) goto fail;
+        printf("run record: %s\n", o.json);
+    }
     exit_code = 0;
 fail:
     report_monitor_stop(&run);
