@@ -228,10 +228,10 @@ int report_record_write(const report_run *r, const report_workload *w, const cha
     summarise(r, &epoch_s, &est, &img_s, &peak, &acc);
     cJSON *res = run_record_results(rec, "training");
     rr_str(res, "sample_unit", "images");
-    rr_sec(res, "epoch_time_s", epoch_s);
+    rr_num(res, "epoch_time_s", epoch_s); /* unrounded: the table prints it */
     rr_bool(res, "epoch_time_estimated", est);
     rr_num(res, "throughput_per_s", img_s);
-    rr_sec(res, "first_step_s", r->first_step_s >= 0 ? r->first_step_s : NAN);
+    rr_num(res, "first_step_s", r->first_step_s >= 0 ? r->first_step_s : NAN);
     if (r->n_ep > 0) rr_int(res, "peak_memory_bytes", (int64_t)peak);
     else rr_num(res, "peak_memory_bytes", NAN);
     rr_num(res, "test_accuracy", acc >= 0 ? acc : NAN);
