@@ -45,6 +45,13 @@ def num(v, digits=2, unit=""):
     return ("{:,.%df}" % digits).format(v) + unit
 
 
+def rate(v, unit):
+    """A throughput: three significant digits at least (a CPU does 4.7 images/s)."""
+    if v is None:
+        return MISSING
+    return num(v, 0 if v >= 100 else 1 if v >= 10 else 2, " %s/s" % unit)
+
+
 def get(d, *path):
     """d[path[0]][path[1]]..., None where any step is absent or null."""
     for p in path:
@@ -64,6 +71,7 @@ class Run:
         self.first_s = None
         self.window = None  # (t0, t1): a bench configuration's interval
         self.cpu = False
+        self.failed = None  # a bench configuration's error
 
 
 def load(paths):
@@ -96,16 +104,24 @@ def dev_key(rec, dev):
             get(rec, "host", "hostname") or "unknown host")
 
 
-def model_label(w, cfg=None):
-    """The results table's row name: model, precision, batch (and accumulation)."""
+def epoch_size(n, unit):
+    return "%s %s/epoch" % ("{:,}".format(n) if n is not None else "? (missing)", unit)
+
+
+def model_label(w, res, cfg=None):
+    """The results table's row name: what decides an epoch time (model, precision, batch,
+    accumulation, the samples in an epoch), so that only like runs share a row."""
+    unit = res["sample_unit"]
     if cfg is not None:
         mode = cfg["mode"] if cfg["mode"] == "eager" or cfg.get("captured") else "eager (capture failed)"
-        return "%s step bench (%s, batch %d, %s, %s)" % (w.get("model", MISSING), cfg["precision"], cfg["batch"],
-                                                       cfg["memory_format"], mode)
+        return "%s step bench (%s, batch %d, %s, %s, %s)" % (w.get("model", MISSING), cfg["precision"], cfg["batch"],
+                                                           cfg["memory_format"], mode,
+                                                           epoch_size(res["epoch_samples"], unit))
     parts = [w.get("precision") or "precision missing",
              "batch %s" % w["batch"] if w.get("batch") is not None else "batch missing"]
     if (w.get("accumulation") or 1) > 1:
         parts.append("accum %d" % w["accumulation"])
+    parts.append(epoch_size(get(w, "dataset", "train_samples"), unit))
     return "%s (%s)" % (w.get("model", MISSING), ", ".join(parts))
 
 
@@ -138,7 +154,7 @@ def collect(records):
         k = dev_key(rec, dev)
         mon = dev.get("monitor")
         if res["kind"] == "training":
-            r = Run(rec, path, k, model_label(w), res["sample_unit"])
+            r = Run(rec, path, k, model_label(w, res), res["sample_unit"])
             r.epoch_s, r.epoch_est = res["epoch_time_s"], res["epoch_time_estimated"]
             r.throughput, r.peak, r.first_s = res["throughput_per_s"], res["peak_memory_bytes"], res["first_step_s"]
             r.util = get(mon, "summary", "gpu_util_mean") if get(mon, "available") else None
@@ -146,10 +162,11 @@ def collect(records):
             runs.append(r)
         elif res["kind"] == "bench":
             for cfg in res["configs"]:
-                r = Run(rec, path, k, model_label(w, cfg), res["sample_unit"])
+                r = Run(rec, path, k, model_label(w, res, cfg), res["sample_unit"])
                 r.epoch_s, r.epoch_est = cfg["epoch_time_s"], False
                 r.throughput, r.peak, r.first_s = cfg["throughput_per_s"], cfg["peak_memory_bytes"], cfg["first_step_s"]
                 r.window = (cfg["t_start_s"], cfg["t_end_s"])
+                r.failed = cfg["error"] or "failed" if cfg["status"] != "ok" else None
                 if get(mon, "available") and get(mon, "series"):
                     r.util = window_mean(mon["series"], "gpu_util", *r.window)
                 r.cpu = dev.get("kind") == "cpu"
@@ -231,8 +248,9 @@ def clock_in_out(mon):
 
 # ---- tables -------------------------------------------------------------------------------
 class Table:
-    def __init__(self, anchor, title, header, rows, notes=()):
+    def __init__(self, anchor, title, header, rows, notes=(), empty="(no records of this kind)"):
         self.anchor, self.title, self.header, self.rows, self.notes = anchor, title, header, rows, list(notes)
+        self.empty = empty
 
 
 def records_table(records):
@@ -314,6 +332,7 @@ def spec_table(devices, order, labels):
     rows[0] = ["host"] + [k[2] for k in order]
     if not any(k[0] == "cpu" for k in order):
         rows.pop()
+    rows = [r for r in rows if any(c != NA_CPU for c in r[1:])]  # only CPUs: no GPU rows
     notes = ["Measured rows come from gpu_report records (`missing`: no gpu_report record of that GPU, or the "
              "measurement failed). Theoretical values are derived from the device's own clocks and widths; "
              "datasheet values appear only where a record carries them (`datasheet` in docs/run-record.md)."]
@@ -323,6 +342,8 @@ def spec_table(devices, order, labels):
 def run_cells(r):
     mon = r.rec["devices"][0].get("monitor")
     est = " (est.)" if r.epoch_est and r.epoch_s is not None else ""
+    if r.failed:
+        est = "failed: " + r.failed[:80]
     util = NA_CPU if r.cpu else num(r.util, 0)
     return est, util, mon
 
@@ -340,7 +361,7 @@ def article_table(best, models, gpus, labels):
                 row += ["no run", "no run"]
                 continue
             est, util, _ = run_cells(r)
-            row += [num(r.epoch_s) + est, util]
+            row += [est if r.failed else num(r.epoch_s) + est, util]
         rows.append(row)
     return Table("results", "Results (the article's layout: model x GPU)", header, rows,
                  ["Epoch time: mean of the full epochs after the first (plan building and warm-up "
@@ -372,11 +393,11 @@ def runs_table(best, models, gpus, labels):
                 else:
                     throttled = ", ".join(x for x in ["thermal %.1f s" % ts[0] if ts[0] else "",
                                                       "power %.1f s" % ts[1] if ts[1] else ""] if x)
-            rows.append([m, labels[g], num(r.epoch_s) + est, num(r.throughput, 0, " " + r.unit + "/s"), util,
+            rows.append([m, labels[g], est if r.failed else num(r.epoch_s) + est, rate(r.throughput, r.unit), util,
                          num(r.peak / 2**20, 0) if r.peak is not None else MISSING, num(r.first_s),
                          temp, clock, power, throttled, os.path.basename(r.path)])
     return Table("runs", "Every run: throughput, memory, clocks, power",
-                 ["model", "GPU", "epoch time (s)", "throughput", "GPU util (%)", "peak memory (MiB)",
+                 ["model", "device", "epoch time (s)", "throughput", "GPU util (%)", "peak memory (MiB)",
                   "first step (s)", "temp max (C)", "SM clock mean (MHz)", "power mean (W)", "throttled",
                   "record"], rows,
                  ["Peak memory: the library allocator's peak. Temperature, clock and power: NVML's "
@@ -404,7 +425,8 @@ def ratio_table(best, models, gpus, labels, baseline):
     return Table("ratios", "Ratios to %s" % labels[baseline],
                  ["model", "GPU", "speed-up (baseline epoch time / epoch time)", "throughput ratio",
                   "peak memory ratio"], rows,
-                 ["Only models run on the baseline GPU and at least one other appear."])
+                 ["Only models run on the baseline GPU and at least one other appear."],
+                 empty="(no model was run on two devices)")
 
 
 def thermal_table(runs, labels):
@@ -436,7 +458,8 @@ def thermal_table(runs, labels):
         advice.append("No run was throttled: the clocks were not limited by temperature or power in these records.")
     return Table("thermal", "Throttling per run",
                  ["model", "GPU", "temp max (C)", "SM clock mean (MHz)", "SM clock while thermally throttled (MHz)",
-                  "thermal throttling (s)", "power throttling (s)", "record"], rows, advice)
+                  "thermal throttling (s)", "power throttling (s)", "record"], rows, advice,
+                 empty="(no NVML sample series in these records: CPU runs, or no monitor)")
 
 
 # ---- output -------------------------------------------------------------------------------
@@ -444,7 +467,7 @@ def md_table(t):
     esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
     out = ["## " + t.title, ""]
     if not t.rows:
-        out.append("(no records of this kind)")
+        out.append(t.empty)
     else:
         out.append("| " + " | ".join(esc(h) for h in t.header) + " |")
         out.append("|" + "---|" * len(t.header))
@@ -457,7 +480,7 @@ def html_table(t):
     e = html.escape
     out = ['<section id="%s"><h2>%s</h2>' % (t.anchor, e(t.title))]
     if not t.rows:
-        out.append("<p>(no records of this kind)</p>")
+        out.append("<p>%s</p>" % e(t.empty))
     else:
         out.append('<table class="sortable"><thead><tr>%s</tr></thead><tbody>'
                    % "".join("<th>%s</th>" % e(h) for h in t.header))
@@ -590,7 +613,7 @@ def build_charts(best, runs, models, gpus, labels):
                       wrap(val("epoch_s")), lambda m: "epoch time (s)")
         charts.append(("epoch_time", "Epoch time per model and GPU") + rc.render(fig))
         fig = rc.bars("Throughput per model and GPU (higher is better)", models, glabels,
-                      wrap(val("throughput")), lambda m: "%s/s" % unit.get(m, "samples"), fmt="{:,.0f}")
+                      wrap(val("throughput")), lambda m: "%s/s" % unit.get(m, "samples"))
         charts.append(("throughput", "Throughput per model and GPU") + rc.render(fig))
     seen = set()
     for r in runs:
@@ -646,8 +669,8 @@ def main(argv):
     labels = labels_for(order)
     best, superseded = latest(runs)
     gpus = [k for k in order if any(r.dev_key == k for r in best.values())]
-    models = []
-    for r in runs:
+    models = []  # training runs first, then bench configurations, each in the records' order
+    for r in sorted(runs, key=lambda r: r.window is not None):
         if r.model not in models:
             models.append(r.model)
     baseline = gpus[0] if gpus else None

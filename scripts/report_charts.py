@@ -20,10 +20,15 @@ COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
 THERMAL_COLOR, POWER_COLOR = "#d62728", "#ff7f0e"
 
 
-def bars(title, models, gpus, value, unit_of, fmt="{:.2f}"):
+def sig(v):
+    """A bar label: at least three significant digits."""
+    return "{:,.0f}".format(v) if v >= 100 else "{:.1f}".format(v) if v >= 10 else "{:.2f}".format(v)
+
+
+def bars(title, models, gpus, value, unit_of, fmt=sig):
     """One panel per model, one bar per GPU. value(model, gpu) -> (number or None, note or
     None, present) where present says whether the GPU ran the model at all; unit_of(model)
-    is the panel's y label."""
+    is the panel's y label; fmt(number) its bar label."""
     n = len(models)
     cols = min(n, 3)
     rows = (n + cols - 1) // cols
@@ -40,10 +45,10 @@ def bars(title, models, gpus, value, unit_of, fmt="{:.2f}"):
                         fontsize=8, color="#666", rotation=90)
                 continue
             heights.append(v)
-            bar = ax.bar(j, v, color=COLORS[j % len(COLORS)], hatch="//" if note else None,
+            bar = ax.bar(j, v, width=0.6, color=COLORS[j % len(COLORS)], hatch="//" if note else None,
                          edgecolor="white" if not note else "#333")
-            ax.bar_label(bar, labels=[fmt.format(v) + (" " + note if note else "")], fontsize=8,
-                         padding=2)
+            ax.bar_label(bar, labels=[fmt(v) + (" " + note if note else "")], fontsize=8, padding=2)
+        ax.set_xlim(-0.7, len(gpus) - 0.3)
         ax.set_xticks(range(len(gpus)))
         ax.set_xticklabels([_wrap(g) for g in labels], fontsize=8)
         ax.set_title(_wrap(m, 40))

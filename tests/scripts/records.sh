@@ -103,7 +103,7 @@ else n=$((n+1)); echo "not ok $n - --json without a file"; fi
 if "$py" -c 'import matplotlib' 2>/dev/null; then
   "$py" "$src/scripts/report.py" "$tmp/runs/resnet50.json" "$tmp/runs/accum.json" "$tmp/runs/bench.json" \
     "$tmp/runs/gpu.json" --out "$tmp/report" >"$tmp/out" 2>&1; rc=$?
-  if [ $rc = 0 ] && grep -q 'resnet50 (fp16, batch 2) | .* (est.) | n/a (CPU) |' "$tmp/report/report.md" \
+  if [ $rc = 0 ] && grep -q 'resnet50 (fp16, batch 2, 50,000 images/epoch) | .* (est.) | n/a (CPU) |' "$tmp/report/report.md" \
      && [ -f "$tmp/report/charts/epoch_time.png" ] && grep -q 'report-status' "$tmp/report/report.html"; then
     ok "the CPU records render into a report (epoch times est., GPU columns n/a)"
   else cat "$tmp/report/report.md" >>"$tmp/out" 2>/dev/null; notok "report from the CPU records (rc=$rc)"; fi
