@@ -141,8 +141,9 @@ run_record *run_record_begin(const char *program, int argc, char **argv) {
     rr_str(host, "hostname", gethostname(hn, sizeof hn - 1) == 0 ? hn : NULL);
     struct utsname u;
     char os[3 * sizeof u.release + 8];
-    if (uname(&u) == 0) snprintf(os, sizeof os, "%s %s %s", u.sysname, u.release, u.machine);
-    rr_str(host, "os", uname(&u) == 0 ? os : NULL);
+    int have_uname = uname(&u) == 0;
+    if (have_uname) snprintf(os, sizeof os, "%s %s %s", u.sysname, u.release, u.machine);
+    rr_str(host, "os", have_uname ? os : NULL);
     char model[256];
     rr_str(host, "cpu_model", cpu_model(model, sizeof model));
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

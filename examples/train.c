@@ -359,10 +359,14 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     run.first_step_s = first_step_s;
     report_table(&run, "resnet50", devname, o.batch, o.amp, o.accum, o.device == DLT_DEVICE_CUDA);
     if (o.json) {
-        report_workload w = {"resnet50", dlt_module_param_count(model), o.classes, o.amp, o.amp == DLT_F16,
-                             o.batch, o.accum, o.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw",
-                             o.lr, o.momentum, real ? "cifar10" : "synthetic", real ? o.data : NULL,
-                             dlt_dataset_size(train_ds), o.epochs, o.steps, o.device, 0};
+        report_workload w = {.model = "resnet50", .parameters = dlt_module_param_count(model),
+                             .classes = o.classes, .amp = o.amp, .grad_scaler = o.amp == DLT_F16,
+                             .batch = o.batch, .accum = o.accum,
+                             .memory_format = o.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw",
+                             .lr = o.lr, .momentum = o.momentum, .dataset = real ? "cifar10" : "synthetic",
+                             .data_path = real ? o.data : NULL, .train_samples = dlt_dataset_size(train_ds),
+                             .epochs = o.epochs, .steps_limit = o.steps, .device_type = o.device,
+                             .device_index = 0};
         if (report_record_write(&run, &w, o.json, prog) != 0) goto fail;
         printf("run record: %s\n", o.json);
     }
