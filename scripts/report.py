@@ -429,35 +429,57 @@ def ratio_table(best, models, gpus, labels, baseline):
                  empty="(no model was run on two devices)")
 
 
-def thermal_table(runs, labels):
-    rows, advice = [], []
-    for r in runs:
-        mon = r.rec["devices"][0].get("monitor")
-        if r.window is not None or not get(mon, "series", "points"):
+def monitored(records, skip_paths=()):
+    """Every (record, device) with an NVML sample series, in the records' order, as
+    (what ran, device key, path, monitor, [(t0, t1, label)] of its epochs or configurations)."""
+    out = []
+    for path, rec in records:
+        if path in skip_paths:
             continue
+        res, w = rec["results"], rec.get("workload") or {}
+        for dev in rec["devices"]:
+            mon = dev.get("monitor")
+            if not get(mon, "series", "points"):
+                continue
+            if res["kind"] == "training":
+                what = model_label(w, res)
+                windows = [(e["t_start_s"], e["t_end_s"], "epoch %d" % e["epoch"]) for e in res["epochs"]]
+            elif res["kind"] == "bench":
+                what = "%s step bench (%d configurations)" % (w.get("model", MISSING), len(res["configs"]))
+                windows = [(c["t_start_s"], c["t_end_s"], "b%d %s" % (c["batch"], c["precision"]))
+                           for c in res["configs"]]
+            else:
+                what, windows = "gpu_report micro-benchmarks", []
+            out.append((what, dev_key(rec, dev), path, mon, windows))
+    return out
+
+
+def thermal_table(mons, labels):
+    rows, advice = [], []
+    for what, k, path, mon, _ in mons:
         ts = throttle_summary(mon)
         s = mon["summary"]
         inside, outside = clock_in_out(mon)
         pct = lambda x: " (%.0f%% of %.1f s)" % (100.0 * x / ts[2], ts[2]) if ts[2] else ""  # noqa: E731
-        rows.append([r.model, labels[r.dev_key], num(s.get("temp_max_c"), 0), num(s.get("sm_clock_mean_mhz"), 0),
+        rows.append([what, labels[k], num(s.get("temp_max_c"), 0), num(s.get("sm_clock_mean_mhz"), 0),
                      num(inside, 0) if inside is not None else "not throttled", num(ts[0], 1) + pct(ts[0]),
-                     num(ts[1], 1) + pct(ts[1]), os.path.basename(r.path)])
+                     num(ts[1], 1) + pct(ts[1]), os.path.basename(path)])
         ivs = throttle_intervals(mon)
         if ts[0] and inside is not None and outside:
-            spans = ", ".join("%.1f-%.1f s" % (a, b) for a, b, k in ivs if k == "thermal")
+            spans = ", ".join("%.1f-%.1f s" % (a, b) for a, b, kind in ivs if kind == "thermal")
             advice.append("%s ran %s thermally throttled for %.1f s (%s), at %.0f C at most; its SM clock "
                           "averaged %.0f MHz while throttled against %.0f MHz otherwise (%.1f%%). Cooling, not "
                           "the code, limits this run: check airflow, fan curves and the inlet temperature "
-                          "before comparing its numbers." % (labels[r.dev_key], r.model, ts[0], spans,
+                          "before comparing its numbers." % (labels[k], what, ts[0], spans,
                                                                s.get("temp_max_c") or float("nan"), inside,
                                                                outside, 100.0 * (inside - outside) / outside))
         if ts[1]:
             advice.append("%s ran %s at its power limit for %.1f s: the board's power cap, not temperature, "
-                          "set its clock then." % (labels[r.dev_key], r.model, ts[1]))
+                          "set its clock then." % (labels[k], what, ts[1]))
     if rows and not advice:
         advice.append("No run was throttled: the clocks were not limited by temperature or power in these records.")
     return Table("thermal", "Throttling per run",
-                 ["model", "GPU", "temp max (C)", "SM clock mean (MHz)", "SM clock while thermally throttled (MHz)",
+                 ["run", "GPU", "temp max (C)", "SM clock mean (MHz)", "SM clock while thermally throttled (MHz)",
                   "thermal throttling (s)", "power throttling (s)", "record"], rows, advice,
                  empty="(no NVML sample series in these records: CPU runs, or no monitor)")
 
@@ -589,7 +611,7 @@ def write(out_dir, title, tables, charts, sources):
         f.write(page)
 
 
-def build_charts(best, runs, models, gpus, labels):
+def build_charts(best, mons, models, gpus, labels):
     import report_charts as rc
     charts = []
     unit = {}
@@ -615,37 +637,12 @@ def build_charts(best, runs, models, gpus, labels):
         fig = rc.bars("Throughput per model and GPU (higher is better)", models, glabels,
                       wrap(val("throughput")), lambda m: "%s/s" % unit.get(m, "samples"))
         charts.append(("throughput", "Throughput per model and GPU") + rc.render(fig))
-    seen = set()
-    for r in runs:
-        mon = r.rec["devices"][0].get("monitor")
-        if r.path in seen or not get(mon, "series", "points"):
-            continue
-        seen.add(r.path)
-        res = r.rec["results"]
-        if res["kind"] == "training":
-            windows = [(e["t_start_s"], e["t_end_s"], "epoch %d" % e["epoch"]) for e in res["epochs"]]
-            what = r.model
-        else:
-            windows = [(c["t_start_s"], c["t_end_s"], "b%d %s" % (c["batch"], c["precision"])) for c in res["configs"]]
-            what = "step bench"
-        fig = rc.series("%s on %s (%s)" % (what, labels[r.dev_key], os.path.basename(r.path)), mon["series"],
+    for what, k, path, mon, windows in mons:
+        fig = rc.series("%s on %s (%s)" % (what, labels[k], os.path.basename(path)), mon["series"],
                         throttle_intervals(mon), windows)
-        name = "series_%d" % len(charts)
-        charts.append((name, "Temperature, SM clock and power: %s on %s (%s)"
-                       % (what, labels[r.dev_key], os.path.basename(r.path))) + rc.render(fig))
+        charts.append(("series_%d" % len(charts), "Temperature, SM clock and power: %s on %s (%s)"
+                       % (what, labels[k], os.path.basename(path))) + rc.render(fig))
     return charts
-
-
-def device_report_series(records, labels):
-    """gpu_report records' monitor series (the micro-benchmarks), as (path, dev_key, monitor)."""
-    out = []
-    for path, rec in records:
-        if rec["results"]["kind"] != "device_report":
-            continue
-        for dev in rec["devices"]:
-            if get(dev, "monitor", "series", "points"):
-                out.append((path, dev_key(rec, dev), dev["monitor"]))
-    return out
 
 
 def main(argv):
@@ -681,20 +678,16 @@ def main(argv):
                   file=sys.stderr)
             return 2
         baseline = match[0]
+    mons = monitored(records, {r.path for r in superseded} - {r.path for r in best.values()})
     tables = [records_table(records), spec_table(devices, order, labels)]
     if runs:
         tables += [article_table(best, models, gpus, labels), runs_table(best, models, gpus, labels),
-                   ratio_table(best, models, gpus, labels, baseline), thermal_table(list(best.values()), labels)]
+                   ratio_table(best, models, gpus, labels, baseline)]
+    tables.append(thermal_table(mons, labels))
     if superseded:
         tables[0].notes.append("Superseded (a later record of the same model and GPU is used): "
                                + ", ".join(os.path.basename(r.path) for r in superseded))
-    charts = build_charts(best, list(best.values()), models, gpus, labels)
-    import report_charts as rc
-    for path, k, mon in device_report_series(records, labels):
-        fig = rc.series("gpu_report micro-benchmarks on %s (%s)" % (labels[k], os.path.basename(path)),
-                        mon["series"], throttle_intervals(mon), [])
-        charts.append(("series_%d" % len(charts), "Temperature, SM clock and power: gpu_report on %s (%s)"
-                       % (labels[k], os.path.basename(path))) + rc.render(fig))
+    charts = build_charts(best, mons, models, gpus, labels)
     write(args.out, args.title, tables, charts, records)
     print("report: %d records, %d runs, %d charts -> %s/report.md, %s/report.html"
           % (len(records), len(best), len(charts), args.out, args.out))
