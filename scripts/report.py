@@ -139,8 +139,7 @@ def collect(records):
             k = dev_key(rec, dev)
             if k not in order:
                 order.append(k)
-            d = devices.setdefault(k, {"dev": None, "software": None, "measured": None, "datasheet": None,
-                                       "monitors": []})
+            d = devices.setdefault(k, {"dev": None, "software": None, "measured": None, "datasheet": None})
             if "error" not in dev:
                 d["dev"], d["software"] = dev, rec["software"]
             if dev.get("measured"):
@@ -671,7 +670,7 @@ def main(argv):
         if r.model not in models:
             models.append(r.model)
     baseline = gpus[0] if gpus else None
-    if args.baseline:
+    if args.baseline and gpus:
         match = [g for g in gpus if args.baseline.lower() in labels[g].lower()]
         if not match:
             print("report: --baseline %s matches none of: %s" % (args.baseline, ", ".join(labels[g] for g in gpus)),
