@@ -12,8 +12,12 @@
  *
  *   bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] [--mode eager,graph]
  *         [--steps 20] [--blocks 5] [--warmup 5] [--classes 1000] [--device cuda|cpu]
- *         [--deterministic] [--log] [--json]
+ *         [--deterministic] [--log] [--json FILE]
+ *
+ * --json FILE writes the run record (docs/run-record.md): every configuration's row plus
+ * its time interval, and on a GPU the NVML monitor's series over the whole run.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,7 @@
 #include <dltrain.h>
 
 #include "cli.h"
+#include "run_record.h"
 
 #define MAXV 8
 
@@ -88,7 +93,8 @@ static int cmp_d(const void *a, const void *b) {
 
 typedef struct result {
     double ms, first_s, peak_mib, loss;
-    int64_t nodes;
+    uint64_t peak_bytes;
+    int64_t nodes, params;
     int captured;
     dlt_status status;
     char err[256];
@@ -131,6 +137,7 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
     RUN(dlt_loader_set_output(s.loader, c->amp, c->format, DLT_I64));
     double t0 = now_s();
     RUN(dlt_resnet50_create(ctx, classes, &s.model));
+    r->params = dlt_module_param_count(s.model);
     if (c->format == DLT_FORMAT_CHANNELS_LAST) RUN(dlt_module_set_format(s.model, c->format));
     int32_t np = dlt_module_num_params(s.model);
     params = calloc((size_t)np, sizeof *params);
@@ -173,6 +180,7 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
     uint64_t peak = 0;
     RUN(dlt_memory_stat(ctx, DLT_MEM_PEAK_ALLOCATED, &peak));
     r->peak_mib = peak / 1048576.0;
+    r->peak_bytes = peak;
     RUN(dlt_tensor_item(s.loss_out, &r->loss));
 done:
     r->status = st;
@@ -189,6 +197,30 @@ done:
     dlt_loader_destroy(s.loader);
     dlt_dataset_destroy(ds);
     dlt_ctx_destroy(ctx);
+}
+
+/* One configuration's row of the record: what ran, the table's numbers, its interval. */
+static void bench_config_record(const run_record *rec, cJSON *o, const bench_cfg *c, const result *r,
+                                double t0, double t1) {
+    rr_int(o, "batch", c->batch);
+    rr_str(o, "precision", rr_precision_name(c->amp));
+    rr_bool(o, "grad_scaler", c->amp == DLT_F16);
+    rr_str(o, "memory_format", c->format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw");
+    rr_str(o, "mode", c->graph ? "graph" : "eager");
+    rr_bool(o, "captured", r->captured);
+    rr_str(o, "status", r->status == DLT_OK ? "ok" : "failed");
+    rr_str(o, "error", r->status == DLT_OK ? NULL : r->err);
+    int ok = r->status == DLT_OK;
+    rr_num(o, "ms_per_step", ok ? r->ms : NAN);
+    rr_num(o, "throughput_per_s", ok ? c->batch * 1000.0 / r->ms : NAN);
+    rr_num(o, "epoch_time_s", ok ? 50000.0 / c->batch * r->ms / 1000.0 : NAN);
+    if (ok) rr_int(o, "peak_memory_bytes", (int64_t)r->peak_bytes);
+    else rr_num(o, "peak_memory_bytes", NAN);
+    rr_sec(o, "first_step_s", ok ? r->first_s : NAN);
+    rr_int(o, "graph_nodes", r->nodes);
+    rr_num(o, "loss", ok ? r->loss : NAN);
+    rr_sec(o, "t_start_s", run_record_time(rec, t0));
+    rr_sec(o, "t_end_s", run_record_time(rec, t1));
 }
 
 /* ---- options (cli.h) ---- */
@@ -250,7 +282,8 @@ int main(int argc, char **argv) {
                            {DLT_FORMAT_CHANNELS_LAST, DLT_FORMAT_CONTIGUOUS}};
     choice_list modes = {{0, 1}, 2, {"eager", "graph"}, {0, 1}};
     int64_t steps = 20, blocks = 5, warmup = 5, classes = 1000;
-    int json = 0, log = 0;
+    int log = 0;
+    const char *json = NULL; /* --json FILE: the run record */
     int32_t device = -1;
     const cli_option opts[] = {
         {"batch", CLI_CUSTOM, &batches, .parse = parse_batches, .metavar = "N,N",
@@ -269,15 +302,29 @@ int main(int argc, char **argv) {
          .help = "(cuda when present)"},
         {"deterministic", CLI_FLAG, &g_deterministic, .help = "dlt_ctx_set_deterministic on every context"},
         {"log", CLI_FLAG, &log, .help = "the library's log messages on stderr"},
-        {"json", CLI_FLAG, &json, .help = "one JSON line per configuration too"},
+        {"json", CLI_STRING, &json, .metavar = "FILE",
+         .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
     };
     int rc = cli_parse(argc, argv, "bench", opts, (int)(sizeof opts / sizeof opts[0]));
     if (rc) return rc == 1 ? 0 : rc;
     if (log) dlt_set_log_callback(log_to_stderr, NULL);
     const int nb = batches.n, na = amps.n, nf = formats.n, nm = modes.n;
+    if (json && run_record_check_path(json, "bench") != 0) return 1;
+    run_record *rec = json ? run_record_begin("bench", argc, argv) : NULL;
+    if (json && !rec) return fprintf(stderr, "bench: out of memory\n"), 1;
     int32_t ngpu = 0;
     if (dlt_cuda_device_count(&ngpu) != DLT_OK) ngpu = 0;
     if (device < 0) device = ngpu > 0 ? DLT_DEVICE_CUDA : DLT_DEVICE_CPU;
+    dlt_gpu_monitor *mon = NULL; /* for the record: sampled over the whole run */
+    if (rec && device == DLT_DEVICE_CUDA && dlt_gpu_monitor_start(0, 100, &mon) != DLT_OK) mon = NULL;
+    cJSON *configs = NULL;
+    if (rec) {
+        cJSON *res = run_record_results(rec, "bench");
+        rr_str(res, "sample_unit", "images");
+        rr_int(res, "epoch_samples", 50000);
+        configs = cJSON_AddArrayToObject(res, "configs");
+    }
+    int64_t params = -1;
     char name[256] = "cpu";
     dlt_ctx *probe = NULL;
     if (dlt_ctx_create(device, 0, DLT_ABI_VERSION, &probe) == DLT_OK) {
@@ -300,7 +347,14 @@ int main(int argc, char **argv) {
                 for (int m = 0; m < nm; m++) {
                     bench_cfg c = {batches.v[ib], amps.v[ia], formats.v[f], modes.v[m]};
                     result r;
+                    double t_cfg = run_record_mono_now();
                     run_cfg(device, &c, classes, (int)steps, (int)blocks, (int)warmup, &r);
+                    if (rec) {
+                        cJSON *o = cJSON_CreateObject();
+                        cJSON_AddItemToArray(configs, o);
+                        bench_config_record(rec, o, &c, &r, t_cfg, run_record_mono_now());
+                    }
+                    if (r.status == DLT_OK) params = r.params;
                     const char *prec = c.amp == DLT_F16 ? "fp16+scaler" : "bf16";
                     const char *lay = c.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw";
                     const char *mode = c.graph ? (r.captured ? "graph" : "eager*") : "eager";
@@ -314,13 +368,30 @@ int main(int argc, char **argv) {
                            (long long)c.batch, prec, lay, mode, r.ms, c.batch * 1000.0 / r.ms,
                            50000.0 / c.batch * r.ms / 1000.0, r.peak_mib, r.first_s, (long long)r.nodes,
                            r.loss);
-                    if (json)
-                        printf("{\"impl\": \"libdltrain\", \"batch\": %lld, \"precision\": \"%s\", \"layout\": \"%s\", "
-                               "\"mode\": \"%s\", \"ms_per_step\": %.4f, \"img_per_s\": %.1f, \"epoch_s\": %.3f, "
-                               "\"peak_mib\": %.1f, \"first_step_s\": %.3f, \"graph_nodes\": %lld}\n",
-                               (long long)c.batch, prec, lay, mode, r.ms, c.batch * 1000.0 / r.ms,
-                               50000.0 / c.batch * r.ms / 1000.0, r.peak_mib, r.first_s, (long long)r.nodes);
                     fflush(stdout);
                 }
+    if (rec) {
+        if (mon) (void)dlt_gpu_monitor_stop(mon);
+        cJSON *dev = run_record_add_device(rec, device, 0);
+        run_record_device_monitor(rec, dev, mon);
+        cJSON *w = run_record_workload(rec);
+        rr_str(w, "model", "resnet50");
+        if (params > 0) rr_int(w, "parameters", params);
+        else rr_num(w, "parameters", NAN);
+        rr_int(w, "classes", classes);
+        rr_bool(w, "deterministic", g_deterministic);
+        cJSON *ds = cJSON_AddObjectToObject(w, "dataset");
+        rr_str(ds, "name", "synthetic (16 batches resident on the device)");
+        rr_str(ds, "sample_unit", "images");
+        cJSON *tm = cJSON_AddObjectToObject(w, "timing");
+        rr_int(tm, "warmup_steps", warmup);
+        rr_int(tm, "blocks", blocks);
+        rr_int(tm, "steps_per_block", steps);
+        rr_str(tm, "statistic", "median block");
+        if (run_record_write(rec, json, "bench") != 0) failed++;
+        else printf("run record: %s\n", json);
+        run_record_free(rec);
+        dlt_gpu_monitor_destroy(mon);
+    }
     return failed ? 1 : 0;
 }

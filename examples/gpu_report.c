@@ -5,20 +5,23 @@
  * memory size, bus width, theoretical bandwidth), what it measures (device-to-device copy
  * bandwidth; cuBLAS GEMM TFLOP/s in fp32, tf32, fp16 and bf16), and how it behaved while
  * measuring (NVML: utilisation, temperature, SM clock, power, throttling; "n/a" where NVML
- * is absent). Prints a table, or JSON with --json (keys come from the library's key
- * tables, so new keys appear without changes here).
+ * is absent). Prints a table; --json FILE also writes the run record (docs/run-record.md:
+ * every GPU's properties, measurements and NVML series; a record without GPUs when there
+ * are none).
  *
- *   build/examples/gpu_report [--json] [--device N] [--no-bench] [--quick]
+ *   build/examples/gpu_report [--json FILE] [--device N] [--no-bench] [--quick]
  *
  * Exit status: 0 (also when there is no GPU: it says so), 1 when a device could not be
  * read, 2 for usage errors.
  */
 #include <dltrain.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "run_record.h"
 
 #define NA "n/a"
 #define COPY_BYTES ((size_t)512 << 20)
@@ -227,87 +230,42 @@ static void print_table(const report *r, int n, int benched) {
     free(width);
 }
 
-/* ---- JSON ---- */
-static void json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
+/* ---- the run record ---- */
+static void record_gpu(run_record *rec, const report *rp) {
+    cJSON *dev = run_record_add_device(rec, DLT_DEVICE_CUDA, rp->index);
+    if (!dev) return;
+    if (rp->benched) {
+        cJSON *m = cJSON_AddObjectToObject(dev, "measured");
+        rr_num(m, "copy_bandwidth_gbps", rp->copy_gbps > 0 ? rp->copy_gbps : NAN);
+        rr_int(m, "copy_bytes", (int64_t)COPY_BYTES);
+        cJSON *g = cJSON_AddObjectToObject(m, "gemm");
+        for (int k = 0; k < 4; k++) {
+            cJSON *o = cJSON_AddObjectToObject(g, GEMM_NAMES[k]);
+            rr_int(o, "size", rp->gemm_size[k]);
+            rr_num(o, "tflops", rp->gemm_tflops[k] > 0 ? rp->gemm_tflops[k] : NAN);
+        }
     }
-    putchar('"');
+    run_record_device_monitor(rec, dev, rp->mon);
 }
 
-static void json_num(double v, int ok) {
-    if (ok) printf("%.6g", v);
-    else printf("null");
-}
-
-static void print_json(const report *r, int n) {
-    printf("{\"libdltrain\": ");
-    json_str(dlt_version_string());
-    printf(", \"built_with_cuda\": %s, \"gpus\": [", dlt_built_with_cuda() ? "true" : "false");
-    for (int g = 0; g < n; g++) {
-        const report *rp = &r[g];
-        printf("%s\n  {\"index\": %d", g ? "," : "", rp->index);
-        if (!rp->info) {
-            printf(", \"error\": ");
-            json_str(rp->error);
-            printf("}");
-            continue;
-        }
-        /* every info key, by the library's own names */
-        for (int32_t k = 0; dlt_device_info_key_name(k); k++) {
-            printf(", ");
-            json_str(dlt_device_info_key_name(k));
-            printf(": ");
-            if (dlt_device_info_key_type(k) == DLT_VALUE_STRING) {
-                char buf[256] = "";
-                if (dlt_device_info_string(rp->info, k, buf, sizeof buf, NULL) == DLT_OK) json_str(buf);
-                else printf("null");
-            } else {
-                double v = 0;
-                json_num(v, dlt_device_info_double(rp->info, k, &v) == DLT_OK);
-            }
-        }
-        if (rp->benched) {
-            printf(",\n   \"copy_gbps\": ");
-            json_num(rp->copy_gbps, rp->copy_gbps > 0);
-            printf(", \"gemm\": {");
-            for (int k = 0; k < 4; k++) {
-                printf("%s\"%s\": {\"size\": %lld, \"tflops\": ", k ? ", " : "", GEMM_NAMES[k],
-                       (long long)rp->gemm_size[k]);
-                json_num(rp->gemm_tflops[k], rp->gemm_tflops[k] > 0);
-                printf("}");
-            }
-            printf("},\n   \"monitor\": {");
-            for (int32_t k = 0; rp->mon && dlt_gpu_monitor_key_name(k); k++) {
-                printf("%s", k ? ", " : "");
-                json_str(dlt_gpu_monitor_key_name(k));
-                printf(": ");
-                if (dlt_gpu_monitor_key_type(k) == DLT_VALUE_STRING) {
-                    char buf[512] = "";
-                    if (dlt_gpu_monitor_string(rp->mon, k, buf, sizeof buf, NULL) == DLT_OK)
-                        json_str(buf);
-                    else printf("null");
-                } else {
-                    double v = 0;
-                    json_num(v, dlt_gpu_monitor_double(rp->mon, k, &v) == DLT_OK);
-                }
-            }
-            printf("}");
-        }
-        printf("}");
-    }
-    printf("%s]}\n", n ? "\n" : "");
+/* Writes the record of the GPUs in r (none when n is 0, with the reason). 0 or 1. */
+static int write_record(run_record *rec, const char *path, const report *r, int n, const char *none_why) {
+    cJSON *res = run_record_results(rec, "device_report");
+    rr_int(res, "gpus", n);
+    rr_str(res, "note", none_why);
+    for (int g = 0; g < n; g++) record_gpu(rec, &r[g]);
+    if (run_record_write(rec, path, "gpu_report") != 0) return 1;
+    printf("run record: %s\n", path);
+    return 0;
 }
 
 int main(int argc, char **argv) {
-    int json = 0, no_bench = 0, quick = 0;
+    int no_bench = 0, quick = 0;
+    const char *json = NULL; /* --json FILE: the run record */
     int64_t device = -1;
     const cli_option opts[] = {
-        {"json", CLI_FLAG, &json, .help = "print JSON instead of a table"},
+        {"json", CLI_STRING, &json, .metavar = "FILE",
+         .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
         {"device", CLI_INT, &device, .lo = 0, .hi = 1023, .metavar = "N",
          .help = "only CUDA device N (default: every visible GPU)"},
         {"no-bench", CLI_FLAG, &no_bench, .help = "properties only, no copy/GEMM measurements"},
@@ -318,18 +276,21 @@ int main(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     const int bench = !no_bench;
     const long only = (long)device;
+    if (json && run_record_check_path(json, "gpu_report") != 0) return 1;
+    run_record *rec = json ? run_record_begin("gpu_report", argc, argv) : NULL;
+    if (json && !rec) return fprintf(stderr, "gpu_report: out of memory\n"), 1;
     int32_t count = 0;
     if (dlt_cuda_device_count(&count) != DLT_OK) count = 0;
     if (count == 0) {
         const char *why = dlt_built_with_cuda() ? "no CUDA GPU is visible (driver or device missing)"
                                                 : "this libdltrain was built without CUDA";
-        if (json) {
-            print_json(NULL, 0);
-        }
-        fprintf(json ? stderr : stdout, "gpu_report: %s; nothing to report.\n", why);
-        return 0;
+        printf("gpu_report: %s; nothing to report.\n", why);
+        int wrc = rec ? write_record(rec, json, NULL, 0, why) : 0;
+        run_record_free(rec);
+        return wrc;
     }
     if (only >= count) {
+        run_record_free(rec);
         fprintf(stderr, "gpu_report: --device %ld, but %d GPU%s visible\n", only, count,
                 count == 1 ? " is" : "s are");
         cli_usage(stderr, "gpu_report", opts, nopts);
@@ -337,7 +298,10 @@ int main(int argc, char **argv) {
     }
     int n = only >= 0 ? 1 : count;
     report *r = calloc((size_t)n, sizeof *r);
-    if (!r) return 1;
+    if (!r) {
+        run_record_free(rec);
+        return 1;
+    }
     int failed = 0;
     for (int g = 0; g < n; g++) {
         r[g].index = only >= 0 ? (int32_t)only : g;
@@ -349,8 +313,9 @@ int main(int argc, char **argv) {
         }
         if (bench) measure(&r[g], quick);
     }
-    if (json) print_json(r, n);
-    else print_table(r, n, bench);
+    print_table(r, n, bench);
+    if (rec && write_record(rec, json, r, n, NULL) != 0) failed = 1;
+    run_record_free(rec);
     for (int g = 0; g < n; g++) {
         dlt_gpu_monitor_destroy(r[g].mon);
         dlt_device_info_destroy(r[g].info);

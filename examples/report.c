@@ -1,7 +1,7 @@
 /*
- * report.c - progress bar, per-epoch lines, the closing comparison table and the JSON
- * summary of the training examples. GPU columns come from dlt_gpu_monitor (NVML loaded at
- * run time and sampled in a background thread); without NVML they read "n/a".
+ * report.c - progress bar, per-epoch lines, the closing comparison table and the run record
+ * of the training examples. GPU columns come from dlt_gpu_monitor (NVML loaded at run time
+ * and sampled in a background thread); without NVML they read "n/a".
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include <dltrain/device.h>
 
 #include "report.h"
+#include "run_record.h"
 
 static double mono_s(void) {
     struct timespec ts;
@@ -29,6 +30,8 @@ void report_init(report_run *r) {
 void report_fini(report_run *r) {
     dlt_gpu_monitor_destroy((dlt_gpu_monitor *)r->monitor);
     r->monitor = NULL;
+    run_record_free((run_record *)r->record);
+    r->record = NULL;
 }
 
 void report_monitor_start(report_run *r, int32_t device_index) {
@@ -65,7 +68,7 @@ void report_progress_clear(report_run *r) {
 
 void report_epoch(report_run *r, int64_t epoch, int64_t steps, int64_t steps_per_epoch, int64_t images,
                   double seconds, uint64_t peak_bytes, double test_acc, double steady_seconds,
-                  int64_t steady_steps, int64_t steady_images) {
+                  int64_t steady_steps, int64_t steady_images, double t_start) {
     printf("epoch %lld: %lld steps in %.2f s, %.0f images/s, peak memory %.1f MiB", (long long)epoch,
            (long long)steps, seconds, images / seconds, peak_bytes / 1048576.0);
     if (steady_seconds > 0)
@@ -86,6 +89,7 @@ void report_epoch(report_run *r, int64_t epoch, int64_t steps, int64_t steps_per
     e->steady_seconds = steady_seconds;
     e->steady_steps = steady_steps;
     e->steady_images = steady_images;
+    e->t_start = t_start;
 }
 
 /* Epoch time: the mean of the full epochs after the first (which includes plan building and
@@ -183,38 +187,72 @@ void report_table(const report_run *r, const char *model, const char *device, in
     fflush(stdout);
 }
 
-static void json_num(const char *key, double v, int comma) {
-    if (isfinite(v))
-        printf("\"%s\": %.6g%s", key, v, comma ? ", " : "");
-    else
-        printf("\"%s\": null%s", key, comma ? ", " : "");
+int report_record_begin(report_run *r, const char *path, const char *prog, int argc, char **argv) {
+    if (run_record_check_path(path, prog) != 0) return -1;
+    r->record = run_record_begin(prog, argc, argv);
+    if (!r->record) fprintf(stderr, "%s: cannot start the run record: out of memory\n", prog);
+    return r->record ? 0 : -1;
 }
 
-void report_json(const report_run *r, const char *model, const char *device, int64_t batch, int32_t amp,
-                 int64_t accum) {
-    double epoch_s, img_s, acc, v;
+int report_record_write(const report_run *r, const report_workload *w, const char *path, const char *prog) {
+    run_record *rec = r->record;
+    if (!rec) return -1;
+    cJSON *dev = run_record_add_device(rec, w->device_type, w->device_index);
+    run_record_device_monitor(rec, dev, (const dlt_gpu_monitor *)r->monitor);
+
+    cJSON *wl = run_record_workload(rec);
+    rr_str(wl, "model", w->model);
+    rr_int(wl, "parameters", w->parameters);
+    rr_int(wl, "classes", w->classes);
+    rr_str(wl, "precision", rr_precision_name(w->amp));
+    rr_bool(wl, "grad_scaler", w->grad_scaler);
+    rr_int(wl, "batch", w->batch);
+    rr_int(wl, "accumulation", w->accum);
+    rr_str(wl, "memory_format", w->memory_format);
+    cJSON *opt = cJSON_AddObjectToObject(wl, "optimizer");
+    rr_str(opt, "name", "sgd");
+    rr_num(opt, "lr", w->lr);
+    rr_num(opt, "momentum", w->momentum);
+    cJSON *ds = cJSON_AddObjectToObject(wl, "dataset");
+    rr_str(ds, "name", w->dataset);
+    rr_str(ds, "path", w->data_path);
+    rr_int(ds, "train_samples", w->train_samples);
+    rr_str(ds, "sample_unit", "images");
+    rr_int(wl, "epochs_requested", w->epochs);
+    rr_int(wl, "steps_limit", w->steps_limit);
+
+    /* the closing table's numbers, then every epoch */
+    double epoch_s, img_s, acc;
     int est;
     uint64_t peak;
     summarise(r, &epoch_s, &est, &img_s, &peak, &acc);
-    printf("{\"model\": \"%s\", \"device\": \"%s\", \"batch\": %lld, \"amp\": \"%s\", \"accum\": %lld, ", model,
-           device, (long long)batch, amp == DLT_F16 ? "fp16" : amp == DLT_BF16 ? "bf16" : "off", (long long)accum);
-    json_num("epoch_s", epoch_s, 1);
-    printf("\"epoch_s_estimated\": %s, ", est ? "true" : "false");
-    json_num("images_per_s", img_s, 1);
-    json_num("peak_mib", peak / 1048576.0, 1);
-    json_num("first_step_s", r->first_step_s, 1);
-    json_num("test_accuracy", acc >= 0 ? acc : NAN, 1);
-    const int32_t keys[] = {DLT_GPUMON_GPU_UTIL_MEAN, DLT_GPUMON_TEMP_MEAN_C, DLT_GPUMON_TEMP_MAX_C,
-                            DLT_GPUMON_SM_CLOCK_MEAN_MHZ, DLT_GPUMON_POWER_MEAN_W};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        if (!(r->monitor && dlt_gpu_monitor_double((const dlt_gpu_monitor *)r->monitor, keys[i], &v) == DLT_OK))
-            v = NAN;
-        json_num(dlt_gpu_monitor_key_name(keys[i]), v, 1);
+    cJSON *res = run_record_results(rec, "training");
+    rr_str(res, "sample_unit", "images");
+    rr_num(res, "epoch_time_s", epoch_s); /* unrounded: the table prints it */
+    rr_bool(res, "epoch_time_estimated", est);
+    rr_num(res, "throughput_per_s", img_s);
+    rr_num(res, "first_step_s", r->first_step_s >= 0 ? r->first_step_s : NAN);
+    if (r->n_ep > 0) rr_int(res, "peak_memory_bytes", (int64_t)peak);
+    else rr_num(res, "peak_memory_bytes", NAN);
+    rr_num(res, "test_accuracy", acc >= 0 ? acc : NAN);
+    cJSON *eps = cJSON_AddArrayToObject(res, "epochs");
+    for (int i = 0; i < r->n_ep && eps; i++) {
+        const report_epoch_rec *e = &r->ep[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) break;
+        cJSON_AddItemToArray(eps, o);
+        rr_int(o, "epoch", e->epoch);
+        rr_int(o, "steps", e->steps);
+        rr_int(o, "steps_per_epoch", e->steps_per_epoch);
+        rr_int(o, "samples", e->images);
+        rr_sec(o, "seconds", e->seconds);
+        rr_sec(o, "t_start_s", run_record_time(rec, e->t_start));
+        rr_sec(o, "t_end_s", run_record_time(rec, e->t_start + e->seconds));
+        rr_int(o, "peak_memory_bytes", (int64_t)e->peak_bytes);
+        rr_num(o, "test_accuracy", e->test_acc >= 0 ? e->test_acc : NAN);
+        rr_sec(o, "steady_seconds", e->steady_seconds > 0 ? e->steady_seconds : NAN);
+        rr_int(o, "steady_steps", e->steady_steps);
+        rr_int(o, "steady_samples", e->steady_images);
     }
-    printf("\"throttled\": \"%s\", \"epochs\": [", throttle_str(r));
-    for (int i = 0; i < r->n_ep; i++)
-        printf("%s{\"epoch\": %lld, \"steps\": %lld, \"seconds\": %.4f, \"images\": %lld}", i ? ", " : "",
-               (long long)r->ep[i].epoch, (long long)r->ep[i].steps, r->ep[i].seconds, (long long)r->ep[i].images);
-    printf("]}\n");
-    fflush(stdout);
+    return run_record_write(rec, path, prog);
 }

@@ -41,7 +41,8 @@ typedef struct options {
     int32_t device; /* -1 auto */
     int32_t format; /* -1 auto */
     uint64_t seed;
-    int eval, json;
+    int eval;
+    const char *json; /* --json FILE: the run record */
 } options;
 
 /* Numeric flags are bounded here (issue 20 item 13): a value outside the bounds is a usage
@@ -92,7 +93,8 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
         {"save", CLI_STRING, &o->save, .metavar = "FILE",
          .help = "checkpoint (model, optimizer, scaler, position) after each epoch"},
         {"resume", CLI_STRING, &o->resume, .metavar = "FILE", .help = "continue from a checkpoint"},
-        {"json", CLI_FLAG, &o->json, .help = "a machine-readable summary on stdout at the end"},
+        {"json", CLI_STRING, &o->json, .metavar = "FILE",
+         .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
         /* last: only the accumulation script has it */
         {"accum", CLI_INT, &o->accum, .lo = 1, .hi = 65536, .metavar = "N",
          .help = "micro-batches per optimizer step (4)"},
@@ -150,6 +152,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     report_run run;
     report_init(&run);
     int exit_code = 1;
+    if (o.json && report_record_begin(&run, o.json, prog, argc, argv) != 0) goto fail;
 
     int32_t ngpu = 0;
     TRY(dlt_cuda_device_count(&ngpu));
@@ -316,7 +319,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         }
         /* the epoch that held the first step also reports its time without it */
         double steady = (t_steady > 0 && steps_steady > 0) ? now_s() - t_steady : -1;
-        report_epoch(&run, epoch, i, nb, images, dt, peak, acc, steady, steps_steady, images_steady);
+        report_epoch(&run, epoch, i, nb, images, dt, peak, acc, steady, steps_steady, images_steady, t0);
         /* what stays held between epochs: flat from the second epoch on in a healthy run */
         uint64_t live = 0, nlive = 0, reserved = 0;
         TRY(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &live));
@@ -332,7 +335,18 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     report_monitor_stop(&run);
     run.first_step_s = first_step_s;
     report_table(&run, "resnet50", devname, o.batch, o.amp, o.accum, o.device == DLT_DEVICE_CUDA);
-    if (o.json) report_json(&run, "resnet50", devname, o.batch, o.amp, o.accum);
+    if (o.json) {
+        report_workload w = {.model = "resnet50", .parameters = dlt_module_param_count(model),
+                             .classes = o.classes, .amp = o.amp, .grad_scaler = o.amp == DLT_F16,
+                             .batch = o.batch, .accum = o.accum,
+                             .memory_format = o.format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw",
+                             .lr = o.lr, .momentum = o.momentum, .dataset = real ? "cifar10" : "synthetic",
+                             .data_path = real ? o.data : NULL, .train_samples = dlt_dataset_size(train_ds),
+                             .epochs = o.epochs, .steps_limit = o.steps, .device_type = o.device,
+                             .device_index = 0};
+        if (report_record_write(&run, &w, o.json, prog) != 0) goto fail;
+        printf("run record: %s\n", o.json);
+    }
     exit_code = 0;
 fail:
     report_monitor_stop(&run);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # bench_compare.py - runs the PyTorch reference (../shared/anchors/torch_resnet50.py, or the
 # copy named by --anchors) for the configurations we compare against, reads libdltrain's
-# bench JSON lines (--ours FILE), and prints both with the ratios. Run on the GPU machine:
-#   build/examples/bench --batch 64,256,1024 --json > ours.txt
-#   python3 scripts/bench_compare.py --anchors .device/anchors --ours ours.txt
+# bench run record (--ours FILE, docs/run-record.md), and prints both with the ratios. Run on
+# the GPU machine:
+#   build/examples/bench --batch 64,256,1024 --json ours.json
+#   python3 scripts/bench_compare.py --anchors .device/anchors --ours ours.json
 import argparse, contextlib, io, json, os, sys
 
 ap = argparse.ArgumentParser()
@@ -36,11 +37,16 @@ for b in [int(x) for x in args.batches.split(",")]:
             print("torch:", line, flush=True)
 
 ours = {}
-for line in open(args.ours):
-    line = line.strip()
-    if line.startswith("{"):
-        r = json.loads(line)
-        ours[(r["batch"], r["precision"], r["layout"], r["mode"])] = r
+with open(args.ours) as f:
+    record = json.load(f)
+for c in (record.get("results") or {}).get("configs", []):
+    if c.get("status") != "ok":
+        continue
+    prec = c["precision"] + ("+scaler" if c.get("grad_scaler") else "")
+    mode = c["mode"] if c["mode"] == "eager" or c.get("captured") else "eager*"
+    ours[(c["batch"], prec, c["memory_format"], mode)] = {
+        "ms_per_step": c["ms_per_step"], "img_per_s": c["throughput_per_s"],
+        "peak_mib": c["peak_memory_bytes"] / 1048576.0}
 
 print()
 print(f"| batch | libdltrain config | ms/step | images/s | peak MiB | PyTorch best (graph bf16) ms/step | speed-up |")

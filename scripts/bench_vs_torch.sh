@@ -9,6 +9,6 @@ ANCHORS=${ANCHORS:-../shared/anchors}
 [ -d "$ANCHORS" ] || ANCHORS=.device/anchors
 BATCHES=${BATCHES:-64,256,1024}
 out=$(mktemp)
-"$BUILD/examples/bench" --batch "$BATCHES" --json ${BENCH_ARGS:-} | tee "$out" | grep -v '^{'
+"$BUILD/examples/bench" --batch "$BATCHES" --json "$out" ${BENCH_ARGS:-}
 python3 scripts/bench_compare.py --anchors "$ANCHORS" --ours "$out" --batches "$BATCHES" ${COMPARE_ARGS:-}
 rm -f "$out"

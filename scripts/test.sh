@@ -30,16 +30,27 @@ pkg-config --exists openblas 2>/dev/null || pkg-config --exists cblas 2>/dev/nul
 pkg-config --exists libcjson 2>/dev/null || need_pkgs+=(libcjson-dev)
 # the Python binding's numpy tests run under the interpreter meson runs with
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then need_pkgs+=(python3-numpy); fi
+# the comparison report (scripts/report.py, the report test) draws with Debian's matplotlib
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then need_pkgs+=(python3-matplotlib); fi
+SUDO=""; [ "$(id -u)" -ne 0 ] && have sudo && SUDO=sudo
+apt_updated=0
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "== installing: ${need_pkgs[*]}"
   if have apt-get; then
-    SUDO=""; [ "$(id -u)" -ne 0 ] && have sudo && SUDO=sudo
-    $SUDO apt-get update -qq >/dev/null 2>&1
+    $SUDO apt-get update -qq >/dev/null 2>&1; apt_updated=1
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null 2>&1 \
       || { echo "apt-get install ${need_pkgs[*]} failed"; exit 2; }
   else
     echo "missing ${need_pkgs[*]} and no apt-get: install them and rerun"; exit 2
   fi
+fi
+# Headless Chromium opens the report's HTML page in the report test. Optional: where it cannot
+# be installed (or started), those cases skip with the reason.
+if ! have chromium && have apt-get; then
+  echo "== installing (optional, for the report test): chromium"
+  [ $apt_updated = 1 ] || $SUDO apt-get update -qq >/dev/null 2>&1
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null 2>&1 \
+    || echo "   chromium not installed: the report test's browser cases will skip"
 fi
 # The CUDA toolkit is found through nvcc on PATH.
 [ -x /usr/local/cuda/bin/nvcc ] && case ":$PATH:" in *:/usr/local/cuda/bin:*) ;; *) export PATH="/usr/local/cuda/bin:$PATH";; esac

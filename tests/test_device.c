@@ -203,7 +203,7 @@ static void test_monitor_args(void) {
     CHECK_STATUS(dlt_gpu_monitor_stop(NULL), DLT_ERR_NULL_POINTER);
     dlt_gpu_monitor_destroy(NULL);
     check_key_table(dlt_gpu_monitor_key_name, dlt_gpu_monitor_key_type,
-                    DLT_GPUMON_UNAVAILABLE_REASON + 1);
+                    DLT_GPUMON_START_MONOTONIC_S + 1);
     CHECK(strcmp(dlt_gpu_monitor_key_name(DLT_GPUMON_GPU_UTIL_MEAN), "gpu_util_mean") == 0);
 }
 
@@ -434,6 +434,105 @@ static void test_monitor_fake_failures(void) {
     clear_fake_env();
 }
 
+/* ---- the sample series (report, issue 23) ---- */
+static double mono_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Every sample of the fake is a point (stride 1), with the fake's i-th values. */
+static void test_monitor_fake_series(void) {
+    USE_FAKE_OR_SKIP();
+    setenv("FAKE_NVML_REASONS", "thermal", 1);
+    double before = mono_now_s();
+    dlt_gpu_monitor *m = NULL;
+    CHECK_OK(dlt_gpu_monitor_start(0, 2, &m));
+    double after = mono_now_s();
+    REQUIRE(mon_i(m, DLT_GPUMON_AVAILABLE) == 1);
+    double t0 = mon_d(m, DLT_GPUMON_START_MONOTONIC_S);
+    CHECK(t0 >= before && t0 <= after, "start %.6f not in [%.6f, %.6f]", t0, before, after);
+    CHECK(wait_samples(m, 6) >= 6);
+    CHECK_OK(dlt_gpu_monitor_stop(m));
+    int64_t n = mon_i(m, DLT_GPUMON_SAMPLES);
+    CHECK(mon_i(m, DLT_GPUMON_SERIES_POINTS) == n, "%lld points for %lld samples",
+          (long long)mon_i(m, DLT_GPUMON_SERIES_POINTS), (long long)n);
+    CHECK(mon_i(m, DLT_GPUMON_SERIES_STRIDE) == 1);
+    /* two fields past the library's: NaN */
+    enum { NFX = DLT_GPUMON_SERIES_NFIELDS + 2 };
+    double *buf = calloc((size_t)(n + 4) * NFX, sizeof *buf);
+    REQUIRE(buf);
+    int64_t got = -1;
+    CHECK_OK(dlt_gpu_monitor_series(m, 0, n + 4, NFX, buf, &got));
+    CHECK(got == n, "%lld points copied", (long long)got);
+    double dur = mon_d(m, DLT_GPUMON_DURATION_S), last_t = -1;
+    for (int64_t k = 0; k < got; k++) {
+        const double *p = buf + k * NFX;
+        int64_t i = k + 1; /* the fake's call number */
+        CHECK(p[DLT_GPUMON_SERIES_TIME_S] > last_t && p[DLT_GPUMON_SERIES_TIME_S] <= dur,
+              "point %lld at %g s (previous %g, duration %g)", (long long)k, p[0], last_t, dur);
+        last_t = p[DLT_GPUMON_SERIES_TIME_S];
+        CHECK(p[DLT_GPUMON_SERIES_GPU_UTIL] == (double)((37 * i) % 101), "k=%lld", (long long)k);
+        CHECK(p[DLT_GPUMON_SERIES_MEM_UTIL] == (double)((11 * i) % 101));
+        CHECK(p[DLT_GPUMON_SERIES_TEMP_C] == 40.0 + (double)(i % 7));
+        CHECK(p[DLT_GPUMON_SERIES_SM_CLOCK_MHZ] == 1000.0 + 10.0 * (double)i);
+        CHECK_NEAR(p[DLT_GPUMON_SERIES_POWER_W], (200000.0 + 1500.0 * (double)i) / 1000.0, 1e-12);
+        CHECK(p[DLT_GPUMON_SERIES_MEM_USED_MIB] == 1024.0 + (double)i);
+        /* GPU idle always; HW thermal slowdown on the third call */
+        CHECK(p[DLT_GPUMON_SERIES_REASONS] == (i == 3 ? 0x41 : 0x1), "k=%lld reasons %g", (long long)k,
+              p[DLT_GPUMON_SERIES_REASONS]);
+        CHECK(isnan(p[NFX - 1]) && isnan(p[NFX - 2]));
+    }
+    /* a window from the middle, and one past the end */
+    double two[2 * 3];
+    CHECK_OK(dlt_gpu_monitor_series(m, 2, 2, 3, two, &got));
+    CHECK(got == 2 && two[0] == buf[2 * NFX] && two[3 + 2] == buf[3 * NFX + 2]);
+    CHECK_OK(dlt_gpu_monitor_series(m, n, 5, 3, two, &got));
+    CHECK(got == 0);
+    CHECK_OK(dlt_gpu_monitor_series(m, 0, 0, 3, NULL, &got));
+    CHECK(got == 0);
+    /* refusals write nothing */
+    got = 77;
+    two[0] = 5;
+    CHECK_STATUS(dlt_gpu_monitor_series(NULL, 0, 1, 3, two, &got), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_gpu_monitor_series(m, 0, 1, 3, two, NULL), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_gpu_monitor_series(m, 0, 1, 3, NULL, &got), DLT_ERR_NULL_POINTER);
+    CHECK_STATUS(dlt_gpu_monitor_series(m, -1, 1, 3, two, &got), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_gpu_monitor_series(m, 0, -1, 3, two, &got), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_gpu_monitor_series(m, 0, 1, 0, two, &got), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(dlt_last_error(), "nfields = 0") != NULL, "%s", dlt_last_error());
+    CHECK_STATUS(dlt_gpu_monitor_series(m, 0, 1, 65, two, &got), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(got == 77 && two[0] == 5, "outputs untouched");
+    free(buf);
+    dlt_gpu_monitor_destroy(m);
+    clear_fake_env();
+}
+
+static void test_monitor_series_names_and_unavailable(void) {
+    static const char *const names[DLT_GPUMON_SERIES_NFIELDS] = {
+        "t_s", "gpu_util", "mem_util", "temp_c", "sm_clock_mhz", "power_w", "mem_used_mib",
+        "clock_event_reasons"};
+    for (int32_t f = 0; f < DLT_GPUMON_SERIES_NFIELDS; f++) {
+        const char *nm = dlt_gpu_monitor_series_field_name(f);
+        CHECK(nm && strcmp(nm, names[f]) == 0, "field %d: %s", f, nm ? nm : "NULL");
+    }
+    CHECK(dlt_gpu_monitor_series_field_name(DLT_GPUMON_SERIES_NFIELDS) == NULL);
+    CHECK(dlt_gpu_monitor_series_field_name(-1) == NULL);
+    clear_fake_env();
+    setenv("DLT_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+    dlt_gpu_monitor *m = NULL;
+    CHECK_OK(dlt_gpu_monitor_start(0, 5, &m));
+    unsetenv("DLT_NVML_LIBRARY");
+    REQUIRE(m != NULL);
+    CHECK(mon_i(m, DLT_GPUMON_SERIES_POINTS) == 0 && mon_i(m, DLT_GPUMON_SERIES_STRIDE) == 1);
+    CHECK(mon_d(m, DLT_GPUMON_START_MONOTONIC_S) > 0);
+    double buf[8];
+    int64_t got = -1;
+    CHECK_OK(dlt_gpu_monitor_series(m, 0, 1, 8, buf, &got));
+    CHECK(got == 0);
+    dlt_gpu_monitor_destroy(m);
+}
+
 /* ---------------------------------------------------------------------------------------
  * With a GPU
  * ------------------------------------------------------------------------------------- */
@@ -570,6 +669,8 @@ int main(void) {
     RUN(test_monitor_fake_interval);
     RUN(test_monitor_fake_throttle);
     RUN(test_monitor_fake_failures);
+    RUN(test_monitor_fake_series);
+    RUN(test_monitor_series_names_and_unavailable);
     RUN(test_cuda_info);
     RUN(test_cuda_bench_copy);
     RUN(test_cuda_bench_gemm);

@@ -204,6 +204,10 @@ typedef struct dlt_gpu_monitor dlt_gpu_monitor;
 #define DLT_GPUMON_THERMAL_THROTTLE_SAMPLES 16 /**< [int] samples with a thermal slowdown */
 #define DLT_GPUMON_POWER_THROTTLE_SAMPLES 17   /**< [int] samples with a power cap/brake */
 #define DLT_GPUMON_UNAVAILABLE_REASON 18 /**< [string] why AVAILABLE is 0 ("" when it is 1) */
+/* report (issue 23): the sample series and its time base */
+#define DLT_GPUMON_SERIES_POINTS 19      /**< [int] points held by the sample series (dlt_gpu_monitor_series) */
+#define DLT_GPUMON_SERIES_STRIDE 20      /**< [int] samples per series point (1 until the series first fills) */
+#define DLT_GPUMON_START_MONOTONIC_S 21  /**< [double] CLOCK_MONOTONIC time of start, seconds (aligns the series with the caller's clock) */
 
 /**
  * Starts sampling GPU `device_index` (the CUDA ordinal, as dlt_ctx_create takes; it is
@@ -260,6 +264,60 @@ DLT_API DLT_NODISCARD dlt_status dlt_gpu_monitor_string(const dlt_gpu_monitor *m
 DLT_API const char *dlt_gpu_monitor_key_name(int32_t key);
 /** DLT_VALUE_INT/DOUBLE/STRING of a monitor key, -1 for an unknown key. Thread-safe. */
 DLT_API int32_t dlt_gpu_monitor_key_type(int32_t key);
+
+/* ---------------------------------------------------------------------------------------
+ * GPU monitor: the sample series (report, issue 23)
+ *
+ * Besides its summaries, a monitor keeps every sample as a point of a series, for charts of
+ * a run (temperature, SM clock and power over time, throttling intervals). Memory stays
+ * bounded: the series holds at most DLT_GPUMON_SERIES_MAX_POINTS points; when it fills,
+ * neighbouring points are merged in pairs and from then on each point covers twice as many
+ * samples (DLT_GPUMON_SERIES_STRIDE), so a run of any length is covered evenly. A point's
+ * time is that of the first sample it covers, its values are means of the samples that
+ * reported them (after a merge, the mean of the two halves' means), its clock-event reasons
+ * the OR of theirs (a throttled sample is never merged away), and a value no covered sample
+ * had is NaN (e.g. power on a board that does not report it).
+ * ------------------------------------------------------------------------------------- */
+
+/* Fields of a series point (append only, never renumber). */
+#define DLT_GPUMON_SERIES_TIME_S 0       /**< seconds from start to the sample's NVML read */
+#define DLT_GPUMON_SERIES_GPU_UTIL 1     /**< % of time a kernel was running */
+#define DLT_GPUMON_SERIES_MEM_UTIL 2     /**< % of time device memory was read or written */
+#define DLT_GPUMON_SERIES_TEMP_C 3       /**< GPU core temperature, Celsius */
+#define DLT_GPUMON_SERIES_SM_CLOCK_MHZ 4 /**< current SM clock, MHz */
+#define DLT_GPUMON_SERIES_POWER_W 5      /**< board power draw, watts */
+#define DLT_GPUMON_SERIES_MEM_USED_MIB 6 /**< device memory in use by all processes, MiB */
+/** NVML clock-event (throttle) reason bits as a double (exact: the bits are far below 2^53):
+ *  0x4 SW power cap, 0x20 SW thermal slowdown, 0x40 HW thermal slowdown, 0x80 HW power brake
+ *  (DLT_GPUMON_THERMAL_THROTTLE and _POWER_THROTTLE count these), 0x1 GPU idle, 0x2
+ *  application clocks setting, 0x8 HW slowdown, 0x10 sync boost, 0x100 display clocks. */
+#define DLT_GPUMON_SERIES_REASONS 7
+#define DLT_GPUMON_SERIES_NFIELDS 8         /**< fields this header knows */
+#define DLT_GPUMON_SERIES_MAX_POINTS 8192   /**< points held at most before pairs merge */
+
+/**
+ * Copies points first .. first + max_points - 1 of the series (those that exist) into out,
+ * row-major: point i's field f is out[i * nfields + f]. Fields this library does not know
+ * (nfields larger than its count, for a caller built against a newer header) are NaN.
+ *
+ * The series grows, and may merge, while the monitor samples: for a consistent copy read it
+ * after dlt_gpu_monitor_stop, or in one call with max_points >= DLT_GPUMON_SERIES_POINTS.
+ * An unavailable monitor has an empty series (0 points, DLT_OK).
+ * @param first       index of the first point, >= 0 (past the end: 0 points copied).
+ * @param max_points  >= 0; out must hold max_points * nfields doubles.
+ * @param nfields     1..64: fields per point in out (DLT_GPUMON_SERIES_NFIELDS).
+ * @param out         caller's buffer (may be NULL when max_points is 0).
+ * @param points      receives the number of points copied.
+ * @return DLT_OK; DLT_ERR_NULL_POINTER (mon or points NULL, out NULL with max_points > 0);
+ *         DLT_ERR_INVALID_ARGUMENT (first or max_points negative, nfields out of range).
+ *         Nothing is written on failure. Thread-safe as the other getters.
+ */
+DLT_API DLT_NODISCARD dlt_status dlt_gpu_monitor_series(const dlt_gpu_monitor *mon, int64_t first,
+                                                        int64_t max_points, int32_t nfields,
+                                                        double *out, int64_t *points);
+/** Static name of a series field ("t_s", "gpu_util", "temp_c", "sm_clock_mhz", "power_w",
+ *  ...), NULL for an unknown field. Fields are 0..N-1 without gaps. Thread-safe. */
+DLT_API const char *dlt_gpu_monitor_series_field_name(int32_t field);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include <time.h>
 
 #include "device_internal.h"
+#include "series.h"
 
 /* ---- NVML declarations (values from nvml.h) ---- */
 typedef int nvml_return;                  /* nvmlReturn_t */
@@ -94,6 +96,7 @@ struct dlt_gpu_monitor {
     int64_t samples;
     agg q[Q_COUNT];
     int64_t thermal_samples, power_samples;
+    dlt__series series; /* every sample, bounded (series.h) */
 };
 
 static void now_mono(struct timespec *t) { clock_gettime(CLOCK_MONOTONIC, t); }
@@ -183,6 +186,23 @@ static void read_sample(const nvml_api *a, nvml_device d, sample *s) {
     }
 }
 
+/* Appends a sample taken t seconds after start to the series (caller holds mu). */
+static void series_sample(dlt_gpu_monitor *m, const sample *s, double t) {
+    static const int FIELD_Q[DLT__SERIES_NFIELDS] = {
+        [DLT_GPUMON_SERIES_TIME_S] = -1,          [DLT_GPUMON_SERIES_GPU_UTIL] = Q_UTIL,
+        [DLT_GPUMON_SERIES_MEM_UTIL] = Q_MEM_UTIL, [DLT_GPUMON_SERIES_TEMP_C] = Q_TEMP,
+        [DLT_GPUMON_SERIES_SM_CLOCK_MHZ] = Q_CLOCK, [DLT_GPUMON_SERIES_POWER_W] = Q_POWER,
+        [DLT_GPUMON_SERIES_MEM_USED_MIB] = Q_MEM_USED, [DLT_GPUMON_SERIES_REASONS] = Q_REASONS};
+    double v[DLT__SERIES_NFIELDS];
+    for (int f = 0; f < DLT__SERIES_NFIELDS; f++) {
+        int q = FIELD_Q[f];
+        if (q < 0) v[f] = t;
+        else if (!s->ok[q]) v[f] = NAN;
+        else v[f] = q == Q_REASONS ? (double)s->reasons : s->v[q];
+    }
+    dlt__series_push(&m->series, v);
+}
+
 /* Folds a sample into the summaries (caller holds mu). */
 static void apply_sample(dlt_gpu_monitor *m, const sample *s) {
     m->samples++;
@@ -211,9 +231,12 @@ static void *sampler_main(void *arg) {
     while (!m->stop_requested) {
         pthread_mutex_unlock(&m->mu);
         sample s;
+        struct timespec t_read;
+        now_mono(&t_read);
         read_sample(&m->api, m->dev, &s);
         pthread_mutex_lock(&m->mu);
         apply_sample(m, &s);
+        series_sample(m, &s, seconds_between(&m->t_start, &t_read));
         /* fixed cadence; after a stall (slow NVML, suspended process) restart from now */
         add_ms(&next, m->interval_ms);
         struct timespec now;
@@ -346,9 +369,19 @@ dlt_status dlt_gpu_monitor_start(int32_t device_index, int32_t interval_ms,
     }
     now_mono(&m->t_start);
     nvml_open(m);
+    if (m->available && dlt__series_init(&m->series, DLT_GPUMON_SERIES_MAX_POINTS) != 0) {
+        m->api.shutdown();
+        dlclose(m->api.lib);
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->cv);
+        free(m);
+        return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the sample series (%d points)",
+                        DLT_GPUMON_SERIES_MAX_POINTS);
+    }
     if (m->available) {
         rc = pthread_create(&m->thread, NULL, sampler_main, m);
         if (rc != 0) {
+            dlt__series_free(&m->series);
             m->api.shutdown();
             dlclose(m->api.lib);
             pthread_mutex_destroy(&m->mu);
@@ -386,6 +419,7 @@ void dlt_gpu_monitor_destroy(dlt_gpu_monitor *mon) {
     (void)dlt_gpu_monitor_stop(mon);
     if (mon->nvml_initialised) mon->api.shutdown();
     if (mon->api.lib) dlclose(mon->api.lib);
+    dlt__series_free(&mon->series);
     pthread_mutex_destroy(&mon->mu);
     pthread_cond_destroy(&mon->cv);
     free(mon);
@@ -417,6 +451,9 @@ static const mon_key MON_KEYS[] = {
     [DLT_GPUMON_THERMAL_THROTTLE_SAMPLES] = {"thermal_throttle_samples", DLT_VALUE_INT},
     [DLT_GPUMON_POWER_THROTTLE_SAMPLES] = {"power_throttle_samples", DLT_VALUE_INT},
     [DLT_GPUMON_UNAVAILABLE_REASON] = {"unavailable_reason", DLT_VALUE_STRING},
+    [DLT_GPUMON_SERIES_POINTS] = {"series_points", DLT_VALUE_INT},
+    [DLT_GPUMON_SERIES_STRIDE] = {"series_stride", DLT_VALUE_INT},
+    [DLT_GPUMON_START_MONOTONIC_S] = {"start_monotonic_s", DLT_VALUE_DOUBLE},
 };
 #define MON_NKEYS ((int32_t)(sizeof MON_KEYS / sizeof MON_KEYS[0]))
 
@@ -457,6 +494,11 @@ static dlt_status mon_value(const dlt_gpu_monitor *m, int32_t key, const char *f
         *v = seconds_between(&m->t_start, &end);
         return DLT_OK;
     }
+    case DLT_GPUMON_SERIES_POINTS: *v = (double)dlt__series_points(&m->series); return DLT_OK;
+    case DLT_GPUMON_SERIES_STRIDE: *v = m->series.pts ? (double)m->series.stride : 1; return DLT_OK;
+    case DLT_GPUMON_START_MONOTONIC_S:
+        *v = (double)m->t_start.tv_sec + (double)m->t_start.tv_nsec * 1e-9;
+        return DLT_OK;
     case DLT_GPUMON_GPU_UTIL_MEAN: q = Q_UTIL, mean = 1; break;
     case DLT_GPUMON_GPU_UTIL_MAX: q = Q_UTIL; break;
     case DLT_GPUMON_MEM_UTIL_MEAN: q = Q_MEM_UTIL, mean = 1; break;
@@ -535,4 +577,54 @@ dlt_status dlt_gpu_monitor_string(const dlt_gpu_monitor *mon, int32_t key, char 
                         dlt_gpu_monitor_key_name(key) ? "not a string key" : "unknown");
     /* the reason is written before the thread starts and never changes after */
     return dlt__copy_string_out(mon->reason, buf, n, len);
+}
+
+/* ---- the sample series ---- */
+static const char *const SERIES_FIELDS[] = {
+    [DLT_GPUMON_SERIES_TIME_S] = "t_s",
+    [DLT_GPUMON_SERIES_GPU_UTIL] = "gpu_util",
+    [DLT_GPUMON_SERIES_MEM_UTIL] = "mem_util",
+    [DLT_GPUMON_SERIES_TEMP_C] = "temp_c",
+    [DLT_GPUMON_SERIES_SM_CLOCK_MHZ] = "sm_clock_mhz",
+    [DLT_GPUMON_SERIES_POWER_W] = "power_w",
+    [DLT_GPUMON_SERIES_MEM_USED_MIB] = "mem_used_mib",
+    [DLT_GPUMON_SERIES_REASONS] = "clock_event_reasons",
+};
+_Static_assert(sizeof SERIES_FIELDS / sizeof SERIES_FIELDS[0] == DLT__SERIES_NFIELDS &&
+                   DLT__SERIES_NFIELDS == DLT_GPUMON_SERIES_NFIELDS,
+               "series fields: device.h, series.h and this table agree");
+
+const char *dlt_gpu_monitor_series_field_name(int32_t field) {
+    return field >= 0 && field < DLT__SERIES_NFIELDS ? SERIES_FIELDS[field] : NULL;
+}
+
+dlt_status dlt_gpu_monitor_series(const dlt_gpu_monitor *mon, int64_t first, int64_t max_points,
+                                  int32_t nfields, double *out, int64_t *points) {
+    static const char *F = "dlt_gpu_monitor_series";
+    if (!mon) return dlt__err(DLT_ERR_NULL_POINTER, F, "argument 'mon' is NULL");
+    DLT_NULL_CHECK(points, F);
+    if (!out && max_points > 0)
+        return dlt__err(DLT_ERR_NULL_POINTER, F, "out is NULL but max_points is %lld",
+                        (long long)max_points);
+    if (first < 0 || max_points < 0)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                        "first = %lld, max_points = %lld; neither may be negative",
+                        (long long)first, (long long)max_points);
+    if (nfields < 1 || nfields > 64)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "nfields = %d; it must be in 1..64 (%d known)",
+                        nfields, DLT__SERIES_NFIELDS);
+    dlt_gpu_monitor *m = (dlt_gpu_monitor *)mon; /* the mutex is not part of the value */
+    pthread_mutex_lock(&m->mu);
+    int64_t held = m->series.pts ? dlt__series_points(&m->series) : 0;
+    int64_t n = first < held ? held - first : 0;
+    if (n > max_points) n = max_points;
+    for (int64_t i = 0; i < n; i++) {
+        double p[DLT__SERIES_NFIELDS];
+        dlt__series_point(&m->series, first + i, p);
+        for (int32_t f = 0; f < nfields; f++)
+            out[i * nfields + f] = f < DLT__SERIES_NFIELDS ? p[f] : NAN;
+    }
+    pthread_mutex_unlock(&m->mu);
+    *points = n;
+    return DLT_OK;
 }

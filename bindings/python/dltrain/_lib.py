@@ -397,6 +397,9 @@ _SIGNATURES = {
     "dlt_gpu_monitor_string": (STATUS, [PTR, I32, STR, SIZE, P(SIZE)]),
     "dlt_gpu_monitor_key_name": (STR, [I32]),
     "dlt_gpu_monitor_key_type": (I32, [I32]),
+    # report (issue 23): the monitor's sample series
+    "dlt_gpu_monitor_series": (STATUS, [PTR, I64, I64, I32, P(F64), P(I64)]),
+    "dlt_gpu_monitor_series_field_name": (STR, [I32]),
 }
 
 
