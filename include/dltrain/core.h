@@ -51,6 +51,16 @@ extern "C" {
  *  passes it to dlt_ctx_create, which refuses a library of another generation. */
 #define DLT_ABI_VERSION 1
 
+/* Option structs (dlt_sgd_options, dlt_conv2d_options, dlt_gpt_config, ...) grow within an
+ * ABI generation: each starts with `uint32_t size`, fields are only ever appended, and the
+ * caller's sizeof travels with the struct. Fill one with dlt_X_options_default(&o) (a
+ * static inline calling the exported dlt_X_options_init(&o, sizeof o); through an FFI call
+ * _init with the size of the struct as you declared it), then change fields. The library
+ * writes and reads only the caller's size: an older program keeps working with a newer
+ * library (the fields it does not know take their defaults); a newer program that sets a
+ * field an older library does not know gets DLT_ERR_NOT_SUPPORTED instead of having it
+ * ignored. A NULL options pointer means all defaults. */
+
 /** Packed release number of the loaded library (same packing as DLT_VERSION). Thread-safe. */
 DLT_API uint32_t dlt_version(void);
 /** ABI generation of the loaded library. Thread-safe. */

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/options.h"
 #include "data_internal.h"
 
 #define CHUNK_BYTES (4u << 20) /* staging buffer: records per chunk = this / record bytes */
@@ -267,33 +268,23 @@ fail:
 
 /* ---- dlt_record_files_open ---- */
 
-void dlt_record_file_options_default(dlt_record_file_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->label_width = 1;
-    o->label_big_endian = 0;
-    o->num_classes = 10;
-    o->header_bytes = 0;
-    o->record_bytes = 1 + DLT_DATA_IMAGE_BYTES;
-    o->label_offset = 0;
-    o->image_offset = 1;
-    o->channels = DLT_DATA_C;
-    o->height = DLT_DATA_H;
-    o->width = DLT_DATA_W;
-}
+/* CIFAR-10's batch-file layout */
+static const dlt_record_file_options RF_DEFAULTS = {.size = sizeof(dlt_record_file_options),
+                                                    .label_width = 1,
+                                                    .label_big_endian = 0,
+                                                    .num_classes = 10,
+                                                    .header_bytes = 0,
+                                                    .record_bytes = 1 + DLT_DATA_IMAGE_BYTES,
+                                                    .label_offset = 0,
+                                                    .image_offset = 1,
+                                                    .channels = DLT_DATA_C,
+                                                    .height = DLT_DATA_H,
+                                                    .width = DLT_DATA_W};
+/* the first release's struct ends after width */
+#define RF_OPTIONS_V1 DLT__FIELD_END(dlt_record_file_options, width)
 
-/* The caller's options over the defaults: only the fields that lie within o->size. */
-static dlt_record_file_options read_options(const dlt_record_file_options *o) {
-    dlt_record_file_options v;
-    dlt_record_file_options_default(&v);
-    if (o) {
-        size_t n = o->size < sizeof v ? o->size : sizeof v;
-        if (n > sizeof v.size) memcpy((char *)&v + sizeof v.size, (const char *)o + sizeof v.size,
-                                      n - sizeof v.size);
-    }
-    v.size = (uint32_t)sizeof v;
-    return v;
+void dlt_record_file_options_init(dlt_record_file_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &RF_DEFAULTS, sizeof RF_DEFAULTS, RF_OPTIONS_V1);
 }
 
 static dlt_status check_layout(const dlt_record_file_options *o, const char *F) {
@@ -341,7 +332,8 @@ dlt_status dlt_record_files_open(dlt_ctx *ctx, const char *const *paths, int32_t
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "n_paths %d is outside 1..4096", n_paths);
     for (int32_t i = 0; i < n_paths; i++)
         if (!paths[i]) return dlt__err(DLT_ERR_NULL_POINTER, F, "paths[%d] is NULL", i);
-    dlt_record_file_options opt = read_options(o);
+    dlt_record_file_options opt = RF_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&opt, sizeof opt, o, RF_OPTIONS_V1, "dlt_record_file_options", F));
     DLT_CHECK(check_layout(&opt, F));
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     dlt_record_layout lay;

@@ -61,6 +61,7 @@ dlt_status dlt_gpt_load_hf(dlt_module *gpt, const char *path) {
     DLT_NULL_CHECK(path, F);
     if (!dlt__is_gpt(gpt)) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "the module is a %s, not a gpt", gpt->kind_name);
     dlt_gpt_config cfg;
+    dlt_gpt_config_default(&cfg);
     DLT_CHECK(dlt_gpt_get_config(gpt, &cfg));
     char file[4096];
     DLT_CHECK(path_of(path, file, sizeof file));
@@ -200,6 +201,7 @@ dlt_status dlt_gpt_save_hf(const dlt_module *gpt, const char *dir) {
     DLT_NULL_CHECK(dir, F);
     if (!dlt__is_gpt(gpt)) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "the module is a %s, not a gpt", gpt->kind_name);
     dlt_gpt_config cfg;
+    dlt_gpt_config_default(&cfg);
     DLT_CHECK(dlt_gpt_get_config(gpt, &cfg));
     if (!cfg.bias)
         return dlt__err(DLT_ERR_NOT_SUPPORTED, F, "Hugging Face's GPT-2 has biases everywhere; this GPT has none "

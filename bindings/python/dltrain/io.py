@@ -66,7 +66,7 @@ def load(module, path, strict=True, *, file_prefix=None, module_prefix=None):
     else:
         source = None
     o = _LoadOptions()
-    lib.dlt_module_load_options_default(ctypes.byref(o))
+    lib.dlt_module_load_options_init(ctypes.byref(o), ctypes.sizeof(o))
     o.strict = 1 if strict else 0
     keep = (enc(file_prefix), enc(module_prefix))
     o.file_prefix, o.module_prefix = keep
