@@ -321,9 +321,9 @@ static dlt_status load_from(dlt_module *m, const dlt__st_file *f, const dlt_modu
 dlt_status dlt_module_load_ex(dlt_module *m, const char *path, const dlt_module_load_options *o,
                               dlt_load_report **report) {
     static const char *F = "dlt_module_load_ex";
+    if (report) *report = NULL;
     DLT_NULL_CHECK(m, F);
     DLT_NULL_CHECK(path, F);
-    if (report) *report = NULL;
     dlt_module_load_options opts;
     DLT_CHECK(read_options(o, &opts, F));
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
@@ -337,9 +337,9 @@ dlt_status dlt_module_load_ex(dlt_module *m, const char *path, const dlt_module_
 dlt_status dlt_module_load_safetensors(dlt_module *m, const dlt_safetensors *f,
                                        const dlt_module_load_options *o, dlt_load_report **report) {
     static const char *F = "dlt_module_load_safetensors";
+    if (report) *report = NULL;
     DLT_NULL_CHECK(m, F);
     DLT_NULL_CHECK(f, F);
-    if (report) *report = NULL;
     dlt_module_load_options opts;
     DLT_CHECK(read_options(o, &opts, F));
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
