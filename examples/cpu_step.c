@@ -1,0 +1,163 @@
+/*
+ * cpu_step.c - times one fp32 training step of a small CNN on the CPU backend: the figure
+ * docs/performance.md's "CPU threading" section reports (run it with OMP_NUM_THREADS=1 and
+ * with the machine's cores to see what the threaded BatchNorm, pooling and im2col loops buy).
+ *
+ * Model (CIFAR-sized, 32x32x3 inputs, 10 classes):
+ *   conv3x3(3->32)+BN+ReLU, conv3x3(32->64)+BN+ReLU, maxpool 2,
+ *   conv3x3(64->128)+BN+ReLU, maxpool 2, global average pool, linear(128->10)
+ * Step: zero_grad, forward, cross-entropy, backward, SGD (lr 0.01, momentum 0.9).
+ * Prints the median over --blocks blocks of --steps steps (after --warmup steps) and the
+ * last loss, for each requested memory format.
+ *
+ *   cpu_step [--batch 32] [--steps 5] [--blocks 5] [--warmup 2] [--format nchw,nhwc]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <dltrain.h>
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        dlt_status s_ = (call);                                                               \
+        if (s_ != DLT_OK) {                                                                   \
+            fprintf(stderr, "cpu_step: %s failed: %s\n", #call, dlt_last_error());           \
+            goto done;                                                                        \
+        }                                                                                     \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* conv3x3(cin->cout, padding 1, no bias) + BN + ReLU appended to seq */
+static dlt_status conv_bn_relu(dlt_ctx *ctx, dlt_module *seq, int64_t cin, int64_t cout) {
+    dlt_module *m;
+    dlt_status s = dlt_conv2d_create(ctx, cin, cout, 3, 3, 1, 1, 1, 1, 0, &m);
+    if (!s) s = dlt_sequential_append(seq, NULL, m);
+    if (!s) s = dlt_batchnorm2d_create(ctx, cout, 1e-5, 0.1, &m);
+    if (!s) s = dlt_sequential_append(seq, NULL, m);
+    if (!s) s = dlt_relu_create(ctx, &m);
+    if (!s) s = dlt_sequential_append(seq, NULL, m);
+    return s;
+}
+
+/* appends *m after its constructor's status `made` (m is read only after the call) */
+static dlt_status append(dlt_module *seq, dlt_status made, dlt_module **m) {
+    return made ? made : dlt_sequential_append(seq, NULL, *m);
+}
+
+static dlt_status build(dlt_ctx *ctx, dlt_module **out) {
+    dlt_module *seq, *m = NULL;
+    dlt_status s = dlt_sequential_create(ctx, &seq);
+    if (s) return s;
+    if (!s) s = conv_bn_relu(ctx, seq, 3, 32);
+    if (!s) s = conv_bn_relu(ctx, seq, 32, 64);
+    if (!s) s = append(seq, dlt_max_pool2d_create(ctx, 2, 2, 0, &m), &m);
+    if (!s) s = conv_bn_relu(ctx, seq, 64, 128);
+    if (!s) s = append(seq, dlt_max_pool2d_create(ctx, 2, 2, 0, &m), &m);
+    if (!s) s = append(seq, dlt_global_avg_pool2d_create(ctx, &m), &m);
+    if (!s) s = append(seq, dlt_flatten_create(ctx, &m), &m);
+    if (!s) s = append(seq, dlt_linear_create(ctx, 128, 10, 1, &m), &m);
+    if (s) {
+        dlt_module_destroy(seq);
+        return s;
+    }
+    *out = seq;
+    return DLT_OK;
+}
+
+static int run(int64_t batch, int32_t format, int steps, int blocks, int warmup) {
+    int rc = 1;
+    dlt_ctx *ctx = NULL;
+    dlt_module *model = NULL;
+    dlt_optimizer *opt = NULL;
+    dlt_tensor *x = NULL, *y = NULL, **params = NULL;
+    double times[64], loss_v = 0.0;
+    CK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
+    CK(dlt_ctx_set_seed(ctx, 1));
+    CK(build(ctx, &model));
+    if (format == DLT_FORMAT_CHANNELS_LAST) CK(dlt_module_set_format(model, format));
+    int32_t np = dlt_module_num_params(model);
+    params = calloc((size_t)np, sizeof *params);
+    if (!params) goto done;
+    CK(dlt_module_params(model, params, np, NULL));
+    CK(dlt_sgd_create(params, np, 0.01, 0.9, 0.0, 0.0, 0, 0, &opt));
+    const int64_t xs[4] = {batch, 3, 32, 32}, ys[1] = {batch};
+    CK(dlt_tensor_empty(ctx, DLT_F32, xs, 4, format, &x));
+    CK(dlt_tensor_rand_normal(x, 0.0, 1.0));
+    int32_t *labels = malloc((size_t)batch * sizeof *labels);
+    if (!labels) goto done;
+    for (int64_t i = 0; i < batch; i++) labels[i] = (int32_t)(i % 10);
+    dlt_status ls = dlt_tensor_from_host(ctx, DLT_I32, ys, 1, DLT_FORMAT_CONTIGUOUS, labels,
+                                         (size_t)batch * sizeof *labels, &y);
+    free(labels);
+    CK(ls);
+    for (int b = -1; b < blocks; b++) {
+        const int n = b < 0 ? warmup : steps;
+        const double t0 = now_s();
+        for (int i = 0; i < n; i++) {
+            dlt_tensor *logits = NULL, *loss = NULL;
+            CK(dlt_optimizer_zero_grad(opt, 1));
+            dlt_status s = dlt_module_forward(model, x, &logits);
+            if (!s) s = dlt_cross_entropy(logits, y, -100, DLT_REDUCTION_MEAN, &loss);
+            if (!s) s = dlt_backward(loss, NULL);
+            if (!s) s = dlt_optimizer_step(opt);
+            if (!s) s = dlt_tensor_item(loss, &loss_v);
+            dlt_tensor_release(logits);
+            dlt_tensor_release(loss);
+            CK(s);
+        }
+        if (b >= 0) times[b] = (now_s() - t0) * 1e3 / steps;
+    }
+    qsort(times, (size_t)blocks, sizeof times[0], cmp_d);
+    printf("| %-6s | %5lld | %8.2f | %8.4f |\n",
+           format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw", (long long)batch,
+           times[blocks / 2], loss_v);
+    rc = 0;
+done:
+    dlt_tensor_release(x);
+    dlt_tensor_release(y);
+    dlt_optimizer_destroy(opt);
+    free(params);
+    dlt_module_destroy(model);
+    dlt_ctx_destroy(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    long long batch = 32;
+    int steps = 5, blocks = 5, warmup = 2, nchw = 1, nhwc = 1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--batch")) batch = atoll(v);
+        else if (!strcmp(a, "--steps")) steps = atoi(v);
+        else if (!strcmp(a, "--blocks")) blocks = atoi(v);
+        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
+        else if (!strcmp(a, "--format")) nchw = strstr(v, "nchw") != NULL, nhwc = strstr(v, "nhwc") != NULL;
+        else argc = -1;
+    }
+    if (argc < 0 || argc % 2 == 0 || batch < 1 || steps < 1 || blocks < 1 || blocks > 64 ||
+        warmup < 0 || !(nchw || nhwc)) {
+        fprintf(stderr, "usage: cpu_step [--batch 32] [--steps 5] [--blocks 5] [--warmup 2] "
+                        "[--format nchw,nhwc]\n");
+        return 2;
+    }
+    const char *thr = getenv("OMP_NUM_THREADS");
+    printf("# libdltrain %s cpu_step: small CNN, fp32, 32x32, SGD; OMP_NUM_THREADS=%s; median "
+           "of %d blocks of %d steps\n", dlt_version_string(), thr ? thr : "(unset)", blocks, steps);
+    printf("| layout | batch | ms/step  | loss     |\n|--------|-------|----------|----------|\n");
+    int rc = 0;
+    if (nchw) rc |= run(batch, DLT_FORMAT_CONTIGUOUS, steps, blocks, warmup);
+    if (nhwc) rc |= run(batch, DLT_FORMAT_CHANNELS_LAST, steps, blocks, warmup);
+    return rc;
+}
