@@ -112,6 +112,8 @@ _SIGNATURES = {
     "dlt_tensor_set_requires_grad": (STATUS, [PTR, I32]),
     "dlt_tensor_requires_grad": (I32, [PTR]),
     "dlt_tensor_grad": (PTR, [PTR]),
+    # build: printing
+    "dlt_tensor_snprint": (STATUS, [PTR, STR, SIZE, P(SIZE)]),
     # ---- ops.h
     "dlt_conv2d": (STATUS, [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, I64, P(PTR)]),
     "dlt_batch_norm2d": (STATUS, [PTR, PTR, PTR, PTR, PTR, I32, F64, F64, P(PTR)]),
