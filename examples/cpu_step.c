@@ -12,6 +12,13 @@
  * fastest block is the steadier figure.
  *
  *   cpu_step [--batch 32] [--steps 5] [--blocks 5] [--warmup 2] [--format nchw,nhwc]
+ *            [--kernels]
+ *
+ * --kernels times the threaded kernels alone on the model's largest activation (batch x 64
+ * x 32 x 32): BatchNorm+ReLU forward and backward, 2x2 max-pool forward and backward, and
+ * the 3x3 convolution 32->64 forward and backward (im2col/col2im around OpenBLAS GEMMs: run
+ * it with OPENBLAS_NUM_THREADS=1 to see our loops alone). Best of 30 runs each: a busy
+ * machine delays some runs, not the fastest.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,30 +142,132 @@ done:
     return rc;
 }
 
+/* ---- --kernels ---- */
+
+typedef struct kernel_case {
+    dlt_tensor *x, *g, *w, *gamma, *beta, *rm, *rv;
+    int op; /* 0 BN+ReLU, 1 max-pool, 2 conv */
+} kernel_case;
+
+/* forward and backward of one op; the tape frees what the forward saved */
+static dlt_status kernel_once(kernel_case *k) {
+    dlt_tensor *y = NULL;
+    dlt_status s;
+    if (k->op == 0)
+        s = dlt_batch_norm2d_act(k->x, NULL, 1, k->gamma, k->beta, k->rm, k->rv, 1, 0.1, 1e-5, &y);
+    else if (k->op == 1)
+        s = dlt_max_pool2d(k->x, 2, 2, 2, 2, 0, 0, &y);
+    else
+        s = dlt_conv2d(k->x, k->w, NULL, 1, 1, 1, 1, 1, 1, 1, &y);
+    if (!s) {
+        int64_t sh[4];
+        dlt_tensor_shape(y, sh, 4);
+        dlt_tensor *g = k->g;
+        if (k->op != 2) g = NULL; /* BN and pool keep x's shape or halve it: make one */
+        if (!g) s = dlt_tensor_zeros(dlt_tensor_ctx(y), DLT_F32, sh, 4, dlt_tensor_format(y), &g);
+        if (!s) s = dlt_tensor_fill(g, 0.5);
+        if (!s) s = dlt_backward(y, g);
+        if (g != k->g) dlt_tensor_release(g);
+    }
+    dlt_tensor_release(y);
+    return s;
+}
+
+static int run_kernels(int64_t batch, int32_t format) {
+    static const char *names[3] = {"batchnorm+relu fwd+bwd", "max_pool2d fwd+bwd", "conv2d 3x3 32->64 fwd+bwd"};
+    int rc = 1;
+    dlt_ctx *ctx = NULL;
+    kernel_case k;
+    memset(&k, 0, sizeof k);
+    CK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
+    const int64_t xs[4] = {batch, 64, 32, 32}, cs[4] = {batch, 32, 32, 32}, ws[4] = {64, 32, 3, 3};
+    const int64_t c64 = 64;
+    for (int op = 0; op < 3; op++) {
+        k.op = op;
+        CK(dlt_tensor_empty(ctx, DLT_F32, op == 2 ? cs : xs, 4, format, &k.x));
+        CK(dlt_tensor_rand_normal(k.x, 0.0, 1.0));
+        CK(dlt_tensor_set_requires_grad(k.x, 1));
+        if (op == 2) {
+            CK(dlt_tensor_empty(ctx, DLT_F32, ws, 4, format, &k.w));
+            CK(dlt_tensor_rand_normal(k.w, 0.0, 0.1));
+            CK(dlt_tensor_set_requires_grad(k.w, 1));
+            CK(dlt_tensor_empty(ctx, DLT_F32, xs, 4, format, &k.g));
+            CK(dlt_tensor_fill(k.g, 0.5));
+        } else if (op == 0) {
+            CK(dlt_tensor_empty(ctx, DLT_F32, &c64, 1, DLT_FORMAT_CONTIGUOUS, &k.gamma));
+            CK(dlt_tensor_fill(k.gamma, 1.0));
+            CK(dlt_tensor_set_requires_grad(k.gamma, 1));
+            CK(dlt_tensor_zeros(ctx, DLT_F32, &c64, 1, DLT_FORMAT_CONTIGUOUS, &k.beta));
+            CK(dlt_tensor_set_requires_grad(k.beta, 1));
+            CK(dlt_tensor_zeros(ctx, DLT_F32, &c64, 1, DLT_FORMAT_CONTIGUOUS, &k.rm));
+            CK(dlt_tensor_empty(ctx, DLT_F32, &c64, 1, DLT_FORMAT_CONTIGUOUS, &k.rv));
+            CK(dlt_tensor_fill(k.rv, 1.0));
+        }
+        double best = 1e30;
+        for (int r = 0; r < 32; r++) {
+            const double t0 = now_s();
+            CK(kernel_once(&k));
+            const double ms = (now_s() - t0) * 1e3;
+            if (r >= 2 && ms < best) best = ms; /* two warm-up runs */
+        }
+        printf("| %-6s | %-26s | %8.2f |\n", format == DLT_FORMAT_CHANNELS_LAST ? "nhwc" : "nchw",
+               names[op], best);
+        dlt_tensor *all[] = {k.x, k.g, k.w, k.gamma, k.beta, k.rm, k.rv};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dlt_tensor_release(all[i]);
+        memset(&k, 0, sizeof k);
+    }
+    rc = 0;
+done:
+    {
+        dlt_tensor *all[] = {k.x, k.g, k.w, k.gamma, k.beta, k.rm, k.rv};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dlt_tensor_release(all[i]);
+    }
+    dlt_ctx_destroy(ctx);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     long long batch = 32;
-    int steps = 5, blocks = 5, warmup = 2, nchw = 1, nhwc = 1;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *a = argv[i], *v = argv[i + 1];
+    int steps = 5, blocks = 5, warmup = 2, nchw = 1, nhwc = 1, kernels = 0, bad = 0;
+    for (int i = 1; i < argc && !bad; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--kernels")) {
+            kernels = 1;
+            continue;
+        }
+        if (!v) {
+            bad = 1;
+            break;
+        }
+        i++;
         if (!strcmp(a, "--batch")) batch = atoll(v);
         else if (!strcmp(a, "--steps")) steps = atoi(v);
         else if (!strcmp(a, "--blocks")) blocks = atoi(v);
         else if (!strcmp(a, "--warmup")) warmup = atoi(v);
         else if (!strcmp(a, "--format")) nchw = strstr(v, "nchw") != NULL, nhwc = strstr(v, "nhwc") != NULL;
-        else argc = -1;
+        else bad = 1;
     }
-    if (argc < 0 || argc % 2 == 0 || batch < 1 || steps < 1 || blocks < 1 || blocks > 64 ||
-        warmup < 0 || !(nchw || nhwc)) {
+    if (bad || batch < 1 || steps < 1 || blocks < 1 || blocks > 64 || warmup < 0 || !(nchw || nhwc)) {
         fprintf(stderr, "usage: cpu_step [--batch 32] [--steps 5] [--blocks 5] [--warmup 2] "
-                        "[--format nchw,nhwc]\n");
+                        "[--format nchw,nhwc] [--kernels]\n");
         return 2;
     }
     const char *thr = getenv("OMP_NUM_THREADS");
+    int rc = 0;
+    if (kernels) {
+        printf("# libdltrain %s cpu_step --kernels: fp32, best of 30 runs; OMP_NUM_THREADS=%s\n",
+               dlt_version_string(), thr ? thr : "(unset)");
+        printf("| layout | kernel (batch %lld)          | best ms  |\n"
+               "|--------|----------------------------|----------|\n",
+               batch);
+        if (nchw) rc |= run_kernels(batch, DLT_FORMAT_CONTIGUOUS);
+        if (nhwc) rc |= run_kernels(batch, DLT_FORMAT_CHANNELS_LAST);
+        return rc;
+    }
     printf("# libdltrain %s cpu_step: small CNN, fp32, 32x32, SGD; OMP_NUM_THREADS=%s; %d blocks "
            "of %d steps\n", dlt_version_string(), thr ? thr : "(unset)", blocks, steps);
     printf("| layout | batch | median ms/step | best ms/step | loss |\n"
            "|--------|-------|----------|----------|----------|\n");
-    int rc = 0;
     if (nchw) rc |= run(batch, DLT_FORMAT_CONTIGUOUS, steps, blocks, warmup);
     if (nhwc) rc |= run(batch, DLT_FORMAT_CHANNELS_LAST, steps, blocks, warmup);
     return rc;
