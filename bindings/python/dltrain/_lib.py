@@ -3,10 +3,12 @@
 The library is found, in this order:
   1. the path in the DLTRAIN_LIBRARY environment variable (nothing else is tried when it is
      set: a wrong path is an error, not a reason to pick up some other copy);
-  2. its SONAME, libdltrain.so.1, through the dynamic loader's search path (LD_LIBRARY_PATH,
+  2. libdltrain.so.1 next to this package, the copy a wheel bundles (`pip install
+     ./bindings/python` builds and includes it), so an installed wheel needs nothing else;
+  3. its SONAME, libdltrain.so.1, through the dynamic loader's search path (LD_LIBRARY_PATH,
      the ld.so cache, RUNPATH): an installed library of this ABI generation;
-  3. ctypes.util.find_library("dltrain");
-  4. libdltrain.so (a development symlink).
+  4. ctypes.util.find_library("dltrain");
+  5. libdltrain.so (a development symlink).
 The loaded library must report dlt_abi_version() == ABI_VERSION, or importing dltrain raises
 ImportError naming both numbers.
 
@@ -119,6 +121,8 @@ _SIGNATURES = {
     "dlt_tensor_set_requires_grad": (STATUS, [PTR, I32]),
     "dlt_tensor_requires_grad": (I32, [PTR]),
     "dlt_tensor_grad": (PTR, [PTR]),
+    # build: printing
+    "dlt_tensor_snprint": (STATUS, [PTR, STR, SIZE, P(SIZE)]),
     # ---- ops.h
     "dlt_conv2d": (STATUS, [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, I64, P(PTR)]),
     "dlt_batch_norm2d": (STATUS, [PTR, PTR, PTR, PTR, PTR, I32, F64, F64, P(PTR)]),
@@ -407,7 +411,13 @@ def _candidates():
     env = os.environ.get("DLTRAIN_LIBRARY")
     if env:
         return [env], True
-    names = ["libdltrain.so.%d" % ABI_VERSION]
+    names = []
+    # build: the wheel's bundled copy, by absolute path (the loader does not search here)
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "libdltrain.so.%d" % ABI_VERSION)
+    if os.path.exists(bundled):
+        names.append(bundled)
+    names.append("libdltrain.so.%d" % ABI_VERSION)
     found = ctypes.util.find_library("dltrain")
     if found:
         names.append(found)
