@@ -81,7 +81,7 @@ static void defaults(options *o) {
     o->beta2 = 0.95;
     o->weight_decay = 0.1;
     o->grad_clip = 1.0;
-    o->warmup_iters = 100;
+    o->warmup_iters = -1;
     o->lr_decay_iters = -1;
     o->amp = DLT_BF16;
     o->eval_interval = 250;
@@ -167,7 +167,7 @@ static int parse_args(int argc, char **argv, options *o) {
         {"weight-decay", CLI_REAL, &o->weight_decay, .rlo = 0, .rhi = 10, .metavar = "X",
          .help = "AdamW weight decay of the 2-D tensors (0.1)"},
         {"warmup-iters", CLI_INT, &o->warmup_iters, .lo = 0, .hi = 1000000000, .metavar = "N",
-         .help = "linear warm-up (100)"},
+         .help = "linear warm-up (100, at most a tenth of --iters)"},
         {"lr-decay-iters", CLI_INT, &o->lr_decay_iters, .lo = 1, .hi = 1000000000, .metavar = "N",
          .help = "end of the cosine decay (--iters)"},
         {"grad-clip", CLI_REAL, &o->grad_clip, .rlo = 0, .rhi = 1e6, .metavar = "X",
@@ -207,6 +207,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (o->resume && !o->out) why = "--resume needs --out DIR (the checkpoint's directory)";
     else if (o->recipe && !o->text && !o->tokens)
         why = "--recipe shakespeare-char needs the data: --text FILE (tiny Shakespeare)";
+    if (o->warmup_iters < 0) o->warmup_iters = o->iters / 10 < 100 ? o->iters / 10 : 100;
     if (!why) {
         int64_t decay = o->lr_decay_iters > 0 ? o->lr_decay_iters : (o->iters > 0 ? o->iters : 1);
         if (decay <= o->warmup_iters) why = "--lr-decay-iters (default --iters) must be above --warmup-iters";
@@ -265,7 +266,8 @@ static void on_log(int32_t level, const char *msg, void *user) {
     if (level <= DLT_LOG_WARNING) fprintf(stderr, "%s: %s\n", PROG, msg);
 }
 
-static chunk *cur_chunk(run *r, int64_t it) {
+/* The chunk (epoch) of iteration it, opened with t_start when it is a new one. */
+static chunk *cur_chunk(run *r, int64_t it, double t_start) {
     const int64_t e = it / r->steps_per_epoch;
     if (r->n_chunks > 0 && r->chunks[r->n_chunks - 1].epoch == e) return &r->chunks[r->n_chunks - 1];
     if (r->n_chunks == r->cap_chunks) {
@@ -277,7 +279,7 @@ static chunk *cur_chunk(run *r, int64_t it) {
     chunk *c = &r->chunks[r->n_chunks++];
     memset(c, 0, sizeof *c);
     c->epoch = e;
-    c->t_start = now_s();
+    c->t_start = t_start;
     return c;
 }
 
@@ -292,7 +294,7 @@ static dlt_status close_segment(run *r, int64_t last) {
         r->train_s += seg;
         r->log_s += seg;
         r->log_iters += n;
-        chunk *c = cur_chunk(r, last);
+        chunk *c = cur_chunk(r, last, r->t_mark);
         if (!c) return dlt_set_error(DLT_ERR_OUT_OF_MEMORY, "gpt_train: out of memory");
         c->seconds += seg;
         c->steps += n;
@@ -831,7 +833,7 @@ int main(int argc, char **argv) {
             r->log_s = 0, r->log_iters = 0;
         }
         if (chunk_end || it + 1 == o->iters) {
-            chunk *c = cur_chunk(r, it);
+            chunk *c = cur_chunk(r, it, r->t_mark);
             if (c) TRY(dlt_memory_stat(r->ctx, DLT_MEM_PEAK_ALLOCATED, &c->peak));
             TRY(dlt_memory_reset_peak(r->ctx));
         }
