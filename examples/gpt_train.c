@@ -785,8 +785,11 @@ int main(int argc, char **argv) {
     TRY(dlt_memory_reset_peak(r->ctx));
     r->t_mark = now_s();
     for (int64_t it = start;; it++) {
-        if (o->eval_interval > 0 && it % o->eval_interval == 0) {
-            TRY(close_segment(r, it - 1));
+        /* at iteration boundaries: evaluation (and the best checkpoint), then the periodic one */
+        const int eval_now = o->eval_interval > 0 && it % o->eval_interval == 0;
+        const int save_now = o->out && o->save_every > 0 && it > start && (it % o->save_every == 0 || it == o->iters);
+        if (eval_now || save_now) TRY(close_segment(r, it - 1));
+        if (eval_now) {
             report_progress_clear(&r->rep);
             const int64_t e = it / o->eval_interval;
             float tl = 0, vl = NAN;
@@ -799,8 +802,9 @@ int main(int argc, char **argv) {
                 if (it > 0 && o->out && r->saved_iter != it) TRY(save_checkpoint(r, it));
             }
             fflush(stdout);
-            r->t_mark = now_s();
         }
+        if (save_now && r->saved_iter != it) TRY(save_checkpoint(r, it));
+        r->t_mark = now_s();
         if (it >= o->iters) break;
         const int log_now = o->log_interval > 0 && it % o->log_interval == 0;
         double lr = 0;
@@ -815,8 +819,7 @@ int main(int argc, char **argv) {
         }
         r->done++;
         const int chunk_end = (it + 1) % r->steps_per_epoch == 0;
-        const int save_now = o->out && o->save_every > 0 && ((it + 1) % o->save_every == 0 || it + 1 == o->iters);
-        if (it == start || it == r->steady_from - 1 || log_now || chunk_end || save_now || it + 1 == o->iters)
+        if (it == start || it == r->steady_from - 1 || log_now || chunk_end || it + 1 == o->iters)
             TRY(close_segment(r, it));
         if (it == start) r->first_step_s = now_s() - t_run0;
         if (log_now) {
@@ -837,7 +840,6 @@ int main(int argc, char **argv) {
             if (c) TRY(dlt_memory_stat(r->ctx, DLT_MEM_PEAK_ALLOCATED, &c->peak));
             TRY(dlt_memory_reset_peak(r->ctx));
         }
-        if (save_now) TRY(save_checkpoint(r, it + 1));
         report_progress_label(&r->rep, "iter", it + 1, o->iters);
         r->t_mark = now_s();
     }
