@@ -54,7 +54,7 @@ typedef struct options {
     int64_t eval_interval, eval_iters, log_interval;
     const char *out;
     int64_t save_every;
-    int resume, eager;
+    int resume, eager, deterministic;
     int64_t sample, top_k, seed;
     double temperature, peak_tflops;
     const char *prompt, *json;
@@ -185,6 +185,8 @@ static int parse_args(int argc, char **argv, options *o) {
          .help = "also save every N iterations and at the end (0: only\nwhen the validation loss improves)"},
         {"resume", CLI_FLAG, &o->resume, .help = "continue from --out's checkpoint"},
         {"eager", CLI_FLAG, &o->eager, .help = "plain calls instead of one captured CUDA graph per step"},
+        {"deterministic", CLI_FLAG, &o->deterministic,
+         .help = "deterministic kernels only (bitwise-reproducible CUDA runs)"},
         {"sample", CLI_INT, &o->sample, .lo = 0, .hi = 1000000, .metavar = "N",
          .help = "generate N tokens at the end (0)"},
         {"prompt", CLI_STRING, &o->prompt, .metavar = "S",
@@ -691,6 +693,7 @@ int main(int argc, char **argv) {
     if (o->device == DLT_DEVICE_CUDA) dlt_set_log_callback(on_log, NULL);
     TRY(dlt_ctx_create(o->device, 0, DLT_ABI_VERSION, &r->ctx));
     TRY(dlt_ctx_set_seed(r->ctx, (uint64_t)o->seed));
+    TRY(dlt_ctx_set_deterministic(r->ctx, o->deterministic));
     TRY(dlt_ctx_device_name(r->ctx, r->devname, sizeof r->devname));
 
     /* model shape: the preset, then the explicit options */
@@ -765,18 +768,20 @@ int main(int argc, char **argv) {
     int64_t start = 0;
     if (o->resume) TRY(load_checkpoint(r, &start));
     r->start = start;
+    const int use_graph = !o->eager;
+    const char *mode = !use_graph ? "eager" : o->device == DLT_DEVICE_CUDA ? "graph" : "eager (no CUDA graphs on the CPU)";
+    printf("device %s, %s, %s, batch %lld x %lld x accum %lld, iterations %lld..%lld; eval every %lld on %lld "
+           "batches, log every %lld\n",
+           r->devname, o->amp == DLT_F16 ? "fp16 + GradScaler" : o->amp == DLT_BF16 ? "bf16" : "fp32", mode,
+           (long long)o->batch, (long long)o->context, (long long)o->accum, (long long)start, (long long)o->iters,
+           (long long)o->eval_interval, (long long)o->eval_iters, (long long)o->log_interval);
+    fflush(stdout);
     if (start >= o->iters) {
-        printf("nothing to train: the checkpoint is at iteration %lld, --iters is %lld\n", (long long)start,
-               (long long)o->iters);
+        printf("nothing to train: %s %lld, --iters is %lld\n", o->resume ? "the checkpoint is at iteration" :
+               "starting at iteration", (long long)start, (long long)o->iters);
         exit_code = 0;
         goto fail;
     }
-    const int use_graph = !o->eager;
-    const char *mode = !use_graph ? "eager" : o->device == DLT_DEVICE_CUDA ? "graph" : "eager (no CUDA graphs on the CPU)";
-    printf("device %s, %s, %s, batch %lld x %lld%s, iterations %lld..%lld\n", r->devname,
-           o->amp == DLT_F16 ? "fp16 + GradScaler" : o->amp == DLT_BF16 ? "bf16" : "fp32", mode, (long long)o->batch,
-           (long long)o->context, o->accum > 1 ? " x accum" : "", (long long)start, (long long)o->iters);
-    fflush(stdout);
 
     /* the loop (timing counts training only: evaluations and checkpoints are left out) */
     report_monitor_start(&r->rep, o->device == DLT_DEVICE_CUDA ? 0 : -1);

@@ -107,6 +107,7 @@ def parse_args(argv):
     a("--save-every", type=bounded(int, 0, 10 ** 9), default=0)
     a("--resume", action="store_true")
     a("--eager", action="store_true")
+    a("--deterministic", action="store_true")
     a("--sample", type=bounded(int, 0, 10 ** 6), default=0)
     a("--prompt")
     a("--temperature", type=bounded(float, 1e-3, 100), default=0.8)
@@ -391,6 +392,7 @@ def main(argv):
         o.device = "cuda" if dltrain.cuda_is_available() else "cpu"
     r = Run(o)
     r.ctx = ctx = dltrain.Context(o.device, seed=o.seed)
+    ctx.set_deterministic(o.deterministic)
     with ctx:
         cfg = GPTConfig.preset(o.preset)
         for k in ("n_layer", "n_head", "n_embd", "dropout", "bias"):
@@ -441,14 +443,16 @@ def main(argv):
                                         o.lr_decay_iters, o.beta1, o.beta2, o.grad_clip))
 
         r.start = start = r.load() if o.resume else 0
-        if start >= o.iters:
-            print("nothing to train: the checkpoint is at iteration %d, --iters is %d" % (start, o.iters))
-            return 0
         use_graph = not o.eager
         mode = "eager" if not use_graph else "graph" if ctx.is_cuda else "eager (no CUDA graphs on the CPU)"
-        print("device %s, %s, %s, batch %d x %d%s, iterations %d..%d"
-              % (ctx.device_name, {"fp16": "fp16 + GradScaler", "bf16": "bf16", "fp32": "fp32"}[o.amp], mode,
-                 o.batch, o.context, " x accum" if o.accum > 1 else "", start, o.iters), flush=True)
+        print("device %s, %s, %s, batch %d x %d x accum %d, iterations %d..%d; eval every %d on %d batches, "
+              "log every %d" % (ctx.device_name, {"fp16": "fp16 + GradScaler", "bf16": "bf16", "fp32": "fp32"}[o.amp],
+                                mode, o.batch, o.context, o.accum, start, o.iters, o.eval_interval, o.eval_iters,
+                                o.log_interval), flush=True)
+        if start >= o.iters:
+            print("nothing to train: %s %d, --iters is %d" % ("the checkpoint is at iteration" if o.resume else
+                                                              "starting at iteration", start, o.iters))
+            return 0
 
         mon = dltrain.device.GpuMonitor(0, 200) if ctx.is_cuda else None
         r.steady_from = start + (2 if use_graph else 1)
