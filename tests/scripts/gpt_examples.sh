@@ -183,13 +183,15 @@ for f in scripts/hf_gpt2_interop.py scripts/bench_gpt_compare.py examples/python
 done
 if [ -z "$bad" ]; then ok "the GPU-side scripts parse (bash -n, Python syntax)"; else notok "syntax:$bad"; fi
 
-# 17-18: on a GPU (CUDA build): the captured graph against --eager, and a deterministic resume
+# 17-19: on a GPU (CUDA build): the captured graph against --eager, a deterministic resume,
+# and fp32 on CUDA against the CPU (the same batches and init: the same losses to 1e-3)
 C=(--preset tiny --device cuda --text "$text" --batch 8 --eval-iters 4 --log-interval 5 --eval-interval 10 --lr-decay-iters 20 --warmup-iters 2)
 "$G" "${C[@]}" --iters 20 --out "$tmp/cg" --save-every 20 --deterministic >"$tmp/cg.log" 2>&1; rc=$?
 if [ $rc != 0 ]; then
   why=$(grep -m1 "$(basename "$G")" "$tmp/cg.log" | cut -c1-120)
   skip "CUDA: the captured graph against --eager" "${why:-no GPU}"
   skip "CUDA: a deterministic resume is bitwise" "${why:-no GPU}"
+  skip "CUDA: fp32 training matches the CPU's" "${why:-no GPU}"
 else
   "$G" "${C[@]}" --iters 20 --eager --deterministic >"$tmp/ce.log" 2>&1
   cp "$tmp/cg.log" "$tmp/out"
@@ -204,5 +206,15 @@ PY
     "$G" "${C[@]}" --iters 20 --out "$tmp/cp" --save-every 10 --deterministic --resume >>"$tmp/out" 2>&1
   if cmp -s "$tmp/cg/ckpt.safetensors" "$tmp/cp/ckpt.safetensors"; then ok "CUDA: a deterministic resume is bitwise"
   else notok "CUDA: resume"; fi
+  F=("${C[@]}" --iters 20 --amp fp32 --eager)
+  "$G" "${F[@]}" >"$tmp/cf.log" 2>&1; "$G" "${F[@]}" --device cpu >"$tmp/cc.log" 2>&1
+  cat "$tmp/cf.log" >"$tmp/out"
+  if "$py" - "$tmp/cf.log" "$tmp/cc.log" >>"$tmp/out" 2>&1 <<'PY'
+import re, sys
+get = lambda p: [float(m) for m in re.findall(r"^(?:iter \d+: loss|step \d+: train loss) ([0-9.]+)", open(p).read(), re.M)]
+g, c = get(sys.argv[1]), get(sys.argv[2])
+assert len(g) == len(c) >= 6 and all(abs(a - b) <= 1e-3 * abs(b) for a, b in zip(g, c)), (g, c)
+PY
+  then ok "CUDA: fp32 training matches the CPU's"; else notok "CUDA: fp32 against the CPU"; fi
 fi
 echo "1..$n"
