@@ -245,6 +245,7 @@ typedef struct run {
     float best_val;
     int64_t best_iter, saved_iter; /* saved_iter: the iteration of the last save (-1: none) */
     double flops_per_iter;
+    uint64_t rng_seed, rng_start, rng_per_iter; /* the generator at iteration `start`, and per iteration */
     /* timing: training only (evaluation and checkpoints excluded) */
     double t_mark, train_s, steady_s, first_step_s, log_s;
     int64_t seg_first, steady_from, steady_iters, log_iters;
@@ -369,11 +370,14 @@ static dlt_status save_checkpoint(run *r, int64_t iters_done) {
     char path[4096];
     ckpt_path(r, path, sizeof path);
     int64_t draw = 0;
-    uint64_t seed = 0, offset = 0;
     dlt_status st = dlt_token_loader_position(r->s.loader, &draw);
-    if (st == DLT_OK) st = dlt_ctx_get_rng_state(r->ctx, &seed, &offset);
     if (st != DLT_OK) return st;
-    const int64_t vals[5] = {iters_done, draw, r->best_iter, (int64_t)seed, (int64_t)offset};
+    /* The generator as the uninterrupted run has it at iteration iters_done: the state at
+     * this process's first iteration plus what each iteration draws (dropout). Not the
+     * context's current state: after graph replays that also counts the capture's own
+     * reservation, which never ran. */
+    const uint64_t offset = r->rng_start + (uint64_t)(iters_done - r->start) * r->rng_per_iter;
+    const int64_t vals[5] = {iters_done, draw, r->best_iter, (int64_t)r->rng_seed, (int64_t)offset};
     const char *names[6] = {"train.iter", "train.loader_draw", "train.best_val_iter", "train.rng_seed",
                             "train.rng_offset", "train.best_val_loss"};
     dlt_tensor *t[6] = {NULL};
@@ -788,6 +792,7 @@ int main(int argc, char **argv) {
     r->steady_from = start + (use_graph ? 2 : 1); /* after the first step (and the capture) */
     r->seg_first = start;
     TRY(dlt_memory_reset_peak(r->ctx));
+    TRY(dlt_ctx_get_rng_state(r->ctx, &r->rng_seed, &r->rng_start));
     r->t_mark = now_s();
     for (int64_t it = start;; it++) {
         /* at iteration boundaries: evaluation (and the best checkpoint), then the periodic one */
@@ -826,7 +831,12 @@ int main(int argc, char **argv) {
         const int chunk_end = (it + 1) % r->steps_per_epoch == 0;
         if (it == start || it == r->steady_from - 1 || log_now || chunk_end || it + 1 == o->iters)
             TRY(close_segment(r, it));
-        if (it == start) r->first_step_s = now_s() - t_run0;
+        if (it == start) { /* the first iteration runs eagerly: its draws are every iteration's */
+            r->first_step_s = now_s() - t_run0;
+            uint64_t off = 0;
+            TRY(dlt_ctx_get_rng_state(r->ctx, NULL, &off));
+            r->rng_per_iter = off - r->rng_start;
+        }
         if (log_now) {
             double loss = 0;
             TRY(dlt_tensor_item(r->s.loss_out, &loss));
