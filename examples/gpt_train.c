@@ -10,9 +10,9 @@
  * loss improves (always_save_checkpoint=False) and every --save-every iterations, the lr from
  * the warm-up + cosine schedule, gradient accumulation with the loss divided by --accum,
  * clipping after unscaling, fp16 with the GradScaler. The iteration itself is gpt_step.c
- * (shared with bench_gpt), checkpoints, the table, the record and sampling gpt_train_out.c; on
- * CUDA it runs as one captured graph (--eager: plain calls), evaluation eagerly between
- * replays. nanoGPT's loop trains one more step after its last evaluation (iteration
+ * (shared with bench_gpt); on CUDA it runs as one captured graph (--eager: plain calls),
+ * evaluation eagerly between replays. Checkpoints, the closing table, the run record and
+ * sampling are in gpt_train_out.c. nanoGPT's loop trains one more step after its last evaluation (iteration
  * max_iters), which no evaluation or checkpoint ever sees; this loop stops at that
  * evaluation, so --iters N trains N iterations.
  *
