@@ -196,7 +196,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_ctx_get_rng_state(dlt_ctx *ctx, uint64_t *s
 /** Restores a state read by dlt_ctx_get_rng_state (torch.cuda.set_rng_state): later random
  *  ops draw exactly what they would have drawn after the read. Graphs captured before keep
  *  the offsets they captured, relative to a restarted replay count: set the state before
- *  capturing. Enqueued (a device write when graphs were used).
+ *  capturing. Enqueued (a device write once a random op such as dropout has run).
  *  @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_STATE (capturing). */
 DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_rng_state(dlt_ctx *ctx, uint64_t seed, uint64_t offset);
 
