@@ -69,6 +69,20 @@ DLT_API DLT_NODISCARD dlt_status dlt_checkpoint_load(const char *path, dlt_modul
                                                      dlt_grad_scaler *scaler, int64_t *epoch,
                                                      int64_t *step);
 
+/* ---- gptex (issue 17): a training program's own state in its checkpoint ---- */
+/** dlt_checkpoint_save plus n_extra entries of the program's own (as PyTorch checkpoints carry
+ *  nanoGPT's iter_num and best_val_loss): extra[i] (any dtype, shape and context) is written
+ *  under extra_names[i], which must start with "train." and be neither "train.epoch" nor
+ *  "train.step". Loads ignore them (dlt_checkpoint_load, dlt_module_load); read them back with
+ *  dlt_safetensors_open + dlt_safetensors_get. One file, written atomically as above.
+ *  @return as dlt_checkpoint_save; DLT_ERR_NULL_POINTER (a NULL name or tensor);
+ *  DLT_ERR_INVALID_ARGUMENT (n_extra < 0, a name outside "train.", two equal names). */
+DLT_API DLT_NODISCARD dlt_status dlt_checkpoint_save_ex(const char *path, const dlt_module *m,
+                                                        dlt_optimizer *opt, dlt_grad_scaler *scaler,
+                                                        int64_t epoch, int64_t step,
+                                                        const char *const *extra_names,
+                                                        dlt_tensor *const *extra, int32_t n_extra);
+
 /** Writes n named tensors (any context, dtype and format; stored in logical order) as one
  *  safetensors file, atomically as above. Names must be unique, non-empty UTF-8 without
  *  control characters and not "__metadata__" (DLT_ERR_INVALID_ARGUMENT). Synchronises. */

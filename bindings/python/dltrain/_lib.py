@@ -76,6 +76,9 @@ _SIGNATURES = {
     "dlt_ctx_check": (STATUS, [PTR]),
     "dlt_ctx_set_seed": (STATUS, [PTR, U64]),
     "dlt_ctx_get_seed": (STATUS, [PTR, P(U64), P(U64)]),
+    # gptex (issue 17): the generator's whole state (exact resumes)
+    "dlt_ctx_get_rng_state": (STATUS, [PTR, P(U64), P(U64)]),
+    "dlt_ctx_set_rng_state": (STATUS, [PTR, U64, U64]),
     "dlt_ctx_set_deterministic": (STATUS, [PTR, I32]),
     "dlt_ctx_set_allow_tf32": (STATUS, [PTR, I32]),
     "dlt_memory_stat": (STATUS, [PTR, I32, P(U64)]),
@@ -358,6 +361,8 @@ _SIGNATURES = {
     "dlt_module_load": (STATUS, [PTR, STR]),
     "dlt_checkpoint_save": (STATUS, [STR, PTR, PTR, PTR, I64, I64]),
     "dlt_checkpoint_load": (STATUS, [STR, PTR, PTR, PTR, P(I64), P(I64)]),
+    # gptex (issue 17): a program's own train.* entries in a checkpoint
+    "dlt_checkpoint_save_ex": (STATUS, [STR, PTR, PTR, PTR, I64, I64, P(STR), P(PTR), I32]),
     "dlt_safetensors_save": (STATUS, [STR, P(STR), P(PTR), I32]),
     "dlt_safetensors_load_tensor": (STATUS, [PTR, STR, STR, P(PTR)]),
     # io.h, harden (issue 19): the file handle, non-strict and filtered loads
