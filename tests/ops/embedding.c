@@ -22,6 +22,16 @@ static const ot_case CASES[] = {
      {DLT_NO_PADDING_IDX}},
     {"wide rows", fwd, ref, 2, {{OT_X, 2, {11, 130}, 0, 0, 0}, {OT_I64, 1, {6}, 0, 11, 0}}, 2, {6, 130}, -1,
      {DLT_NO_PADDING_IDX}},
+    /* V = 300: the CUDA backward's radix sort over 9 key bits, several passes */
+    {"300 rows, 500 i64 indices", fwd, ref, 2, {{OT_X, 2, {300, 3}, 0, 0, 0}, {OT_I64, 1, {500}, 0, 300, 0}}, 2,
+     {500, 3}, -1, {DLT_NO_PADDING_IDX}},
+    /* padding_idx: the forward reads the row, the gradient skips it, which a finite
+     * difference of the forward cannot check (PyTorch's rule, not the derivative): CUDA
+     * against the CPU only, with long runs of repeated indices */
+    {"padding_idx 2, long runs", fwd, ref, 2, {{OT_X, 2, {4, 6}, 0, 0, 0}, {OT_I32, 2, {10, 30}, 0, 4, 0}}, 3,
+     {10, 30, 6}, -1, {2}, {0}, 0, OT_NO_REF},
+    {"padding_idx -1 (the last row), i64", fwd, ref, 2, {{OT_X, 2, {5, 33}, 0, 0, 0}, {OT_I64, 1, {40}, 0, 5, 0}}, 2,
+     {40, 33}, -1, {-1}, {0}, 0, OT_NO_REF},
     {"empty indices", fwd, ref, 2, {{OT_X, 2, {4, 3}, 0, 0, 0}, {OT_I64, 2, {2, 0}, 0, 4, 0}}, 3, {2, 0, 3}, -1,
      {DLT_NO_PADDING_IDX}},
 };
