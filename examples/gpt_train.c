@@ -444,7 +444,6 @@ int main(int argc, char **argv) {
     r->steady_from = start + (use_graph ? 2 : 1); /* after the first step (and the capture) */
     r->seg_first = start;
     TRY(dlt_memory_reset_peak(r->ctx));
-    TRY(dlt_ctx_get_rng_state(r->ctx, &r->rng_seed, &r->rng_start));
     r->t_mark = now_s();
     for (int64_t it = start;; it++) {
         /* at iteration boundaries: evaluation (and the best checkpoint), then the periodic one */
@@ -483,12 +482,7 @@ int main(int argc, char **argv) {
         const int chunk_end = (it + 1) % r->steps_per_epoch == 0;
         if (it == start || it == r->steady_from - 1 || log_now || chunk_end || it + 1 == o->iters)
             TRY(close_segment(r, it));
-        if (it == start) { /* the first iteration runs eagerly: its draws are every iteration's */
-            r->first_step_s = now_s() - t_run0;
-            uint64_t off = 0;
-            TRY(dlt_ctx_get_rng_state(r->ctx, NULL, &off));
-            r->rng_per_iter = off - r->rng_start;
-        }
+        if (it == start) r->first_step_s = now_s() - t_run0;
         if (log_now) {
             double loss = 0;
             TRY(dlt_tensor_item(r->s.loss_out, &loss));

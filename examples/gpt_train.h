@@ -58,7 +58,6 @@ typedef struct run {
     float best_val;
     int64_t best_iter, saved_iter; /* saved_iter: the iteration of the last save (-1: none) */
     double flops_per_iter;
-    uint64_t rng_seed, rng_start, rng_per_iter; /* the generator at iteration `start`, and per iteration */
     /* timing: training only (evaluation and checkpoints excluded) */
     double t_mark, train_s, steady_s, first_step_s, log_s;
     int64_t seg_first, steady_from, steady_iters, log_iters;

@@ -26,12 +26,12 @@ dlt_status gpt_save_checkpoint(run *r, int64_t iters_done) {
     int64_t draw = 0;
     dlt_status st = dlt_token_loader_position(r->s.loader, &draw);
     if (st != DLT_OK) return st;
-    /* The generator as the uninterrupted run has it at iteration iters_done: the state at
-     * this process's first iteration plus what each iteration draws (dropout). Not the
-     * context's current state: after graph replays that also counts the capture's own
-     * reservation, which never ran. */
-    const uint64_t offset = r->rng_start + (uint64_t)(iters_done - r->start) * r->rng_per_iter;
-    const int64_t vals[5] = {iters_done, draw, r->best_iter, (int64_t)r->rng_seed, (int64_t)offset};
+    /* the generator as the uninterrupted run has it now (replays count as eager steps;
+     * evaluations draw nothing) */
+    uint64_t seed = 0, offset = 0;
+    st = dlt_ctx_get_rng_state(r->ctx, &seed, &offset);
+    if (st != DLT_OK) return st;
+    const int64_t vals[5] = {iters_done, draw, r->best_iter, (int64_t)seed, (int64_t)offset};
     const char *names[6] = {"train.iter", "train.loader_draw", "train.best_val_iter", "train.rng_seed",
                             "train.rng_offset", "train.best_val_loss"};
     dlt_tensor *t[6] = {NULL};

@@ -30,6 +30,7 @@
  * instead, which checks the test program itself on machines without a GPU.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "harness.h"
 
@@ -568,6 +569,78 @@ static void test_count_correct(void) {
     CHECK_OK(dlt_ctx_check(g_dev));
 }
 
+/* ---- dropout in a captured step (lib/core/graph.c's generator contract) ----
+ * The CUDA sequence warm-up, capture, replay, eager dropout, replay, replay draws the masks
+ * of the same calls made eagerly on the CPU with the same seed: replays and eager calls
+ * share one counter and the capture draws nothing (tests/test_graph.c checks the same
+ * bookkeeping on the CPU with a recording backend). */
+typedef struct {
+    dlt_tensor *x, *y;
+} drop_step;
+static dlt_status drop_step_fn(void *user) {
+    drop_step *s = user;
+    dlt_tensor_release(s->y);
+    s->y = NULL;
+    return dlt_dropout(s->x, 0.5, 1, &s->y);
+}
+static void drop_read(const dlt_tensor *y, float *out, int64_t n) {
+    CHECK_OK(dlt_tensor_copy_to_host(y, out, (size_t)n * sizeof *out));
+}
+static void test_dropout_graph_replays_match_eager(void) {
+    if (!g_dev) SKIP("%s", g_no_dev);
+    enum { DN = 4096, DX = 777 };
+    static float want[5][DN], got[5][DN];
+    const int64_t n = DN, nx = DX;
+    drop_step c = {NULL, NULL}, d = {NULL, NULL};
+    dlt_tensor *cx = NULL, *dx = NULL, *t = NULL;
+    CHECK_OK(dlt_ctx_set_seed(g_cpu, 11));
+    CHECK_OK(dlt_ctx_set_seed(g_dev, 11));
+    CHECK_OK(dlt_tensor_empty(g_cpu, DLT_F32, &n, 1, 0, &c.x));
+    CHECK_OK(dlt_tensor_fill(c.x, 1.0));
+    CHECK_OK(dlt_tensor_empty(g_dev, DLT_F32, &n, 1, 0, &d.x));
+    CHECK_OK(dlt_tensor_fill(d.x, 1.0));
+    CHECK_OK(dlt_tensor_empty(g_cpu, DLT_F32, &nx, 1, 0, &cx));
+    CHECK_OK(dlt_tensor_fill(cx, 1.0));
+    CHECK_OK(dlt_tensor_empty(g_dev, DLT_F32, &nx, 1, 0, &dx));
+    CHECK_OK(dlt_tensor_fill(dx, 1.0));
+    /* CPU, eager: step, step, extra, step, step */
+    for (int i = 0; i < 5; i++) {
+        if (i == 2) {
+            CHECK_OK(dlt_dropout(cx, 0.5, 1, &t));
+            drop_read(t, want[i], DX);
+            dlt_tensor_release(t), t = NULL;
+        } else {
+            CHECK_OK(drop_step_fn(&c));
+            drop_read(c.y, want[i], DN);
+        }
+    }
+    /* device: warm-up (= step 1), capture, replay, extra, replay, replay */
+    dlt_graph *g = NULL;
+    CHECK_OK(dlt_graph_create(g_dev, drop_step_fn, &d, 1, &g));
+    for (int i = 1; i < 5; i++) {
+        if (i == 2) {
+            CHECK_OK(dlt_dropout(dx, 0.5, 1, &t));
+            drop_read(t, got[i], DX);
+            dlt_tensor_release(t), t = NULL;
+        } else {
+            CHECK_OK(dlt_graph_run(g));
+            drop_read(d.y, got[i], DN);
+        }
+    }
+    uint64_t oc = 0, od = 0;
+    CHECK_OK(dlt_ctx_get_rng_state(g_cpu, NULL, &oc));
+    CHECK_OK(dlt_ctx_get_rng_state(g_dev, NULL, &od));
+    static const char *what[5] = {"", "first replay", "eager call between replays", "replay after it",
+                                  "back-to-back replay"};
+    for (int i = 1; i < 5; i++)
+        CHECK(memcmp(want[i], got[i], (size_t)(i == 2 ? DX : DN) * sizeof(float)) == 0,
+              "%s: the mask differs from the eager CPU run's (captured: %d)", what[i], dlt_graph_is_captured(g));
+    CHECK(oc == od, "generator offsets: CPU %llu, device %llu", (unsigned long long)oc, (unsigned long long)od);
+    dlt_graph_destroy(g);
+    dlt_tensor_release(c.x), dlt_tensor_release(c.y), dlt_tensor_release(d.x), dlt_tensor_release(d.y);
+    dlt_tensor_release(cx), dlt_tensor_release(dx);
+}
+
 int main(void) {
     g_cpu = th_cpu_ctx();
     const char *self = getenv("DLT_CUDA_OPS_SELFTEST");
@@ -584,6 +657,7 @@ int main(void) {
         th_run(test_row, name);
     }
     RUN(test_count_correct);
+    RUN(test_dropout_graph_replays_match_eager);
     dlt_ctx_destroy(g_dev);
     dlt_ctx_destroy(g_cpu);
     return th_done();

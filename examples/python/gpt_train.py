@@ -210,8 +210,8 @@ class Run:
         return os.path.join(self.o.out, "ckpt.safetensors")
 
     def save(self, iters_done):
-        # the generator as the uninterrupted run has it at iters_done (see gpt_train.c)
-        seed, offset = self.rng_seed, self.rng_start + (iters_done - self.start) * self.rng_per_iter
+        # the generator as the uninterrupted run has it now (replays count as eager steps)
+        seed, offset = self.ctx.get_rng_state()
         signed = lambda v: v - 2 ** 64 if v >= 2 ** 63 else v  # the C program's (int64_t) cast
         i64 = lambda v: dltrain.tensor(v, dtype="i64", ctx=self.ctx)
         extra = {"train.iter": i64(iters_done), "train.loader_draw": i64(self.loader.position),
@@ -460,8 +460,6 @@ def main(argv):
         r.seg_first = start
         ctx.reset_peak_memory_stats()
         graph = None
-        r.rng_seed, r.rng_start = ctx.get_rng_state()
-        r.rng_per_iter = 0
         r.t_mark = time.monotonic()
         it = start
         while True:
@@ -496,9 +494,8 @@ def main(argv):
             chunk_end = (it + 1) % r.steps_per_epoch == 0
             if it in (start, r.steady_from - 1) or log_now or chunk_end or it + 1 == o.iters:
                 r.close_segment(it)
-            if it == start:  # the first iteration runs eagerly: its draws are every iteration's
+            if it == start:
                 r.first_step_s = time.monotonic() - t_run0
-                r.rng_per_iter = ctx.get_rng_state()[1] - r.rng_start
             if log_now:
                 loss = r.loss_out.item()
                 ms = 1000.0 * r.log_s / r.log_iters if r.log_iters else float("nan")

@@ -197,16 +197,14 @@ DLT_API dlt_status dlt_ctx_set_seed(dlt_ctx *ctx, uint64_t seed);
 DLT_API dlt_status dlt_ctx_get_seed(const dlt_ctx *ctx, uint64_t *seed, uint64_t *offset);
 /* ---- gptex (issue 17): the generator's whole state, for checkpoints that resume exactly ---- */
 /** The generator's state as a resumed run needs it (torch.cuda.get_rng_state's counterpart):
- *  the seed and the offset the next random op starts from. Unlike dlt_ctx_get_seed's offset,
- *  it includes what replays of captured graphs consumed (it reads the device word they
- *  advance: synchronises; refused during graph capture). Either pointer may be NULL.
- *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx); DLT_ERR_INVALID_STATE (capturing); a device
- *  error. */
+ *  the seed and the offset the next random op or graph replay starts from (eager calls and
+ *  replays share one counter, as PyTorch's generator; the same offset as dlt_ctx_get_seed's).
+ *  Host-side, no synchronisation; refused during graph capture. Either pointer may be NULL.
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx); DLT_ERR_INVALID_STATE (capturing). */
 DLT_API DLT_NODISCARD dlt_status dlt_ctx_get_rng_state(dlt_ctx *ctx, uint64_t *seed, uint64_t *offset);
 /** Restores a state read by dlt_ctx_get_rng_state (torch.cuda.set_rng_state): later random
- *  ops draw exactly what they would have drawn after the read. Graphs captured before keep
- *  the offsets they captured, relative to a restarted replay count: set the state before
- *  capturing. Enqueued (a device write once a random op such as dropout has run).
+ *  ops and replays of graphs (captured before or after) draw exactly what they would have
+ *  drawn after the read.
  *  @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_STATE (capturing). */
 DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_rng_state(dlt_ctx *ctx, uint64_t seed, uint64_t offset);
 

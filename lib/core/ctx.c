@@ -116,8 +116,6 @@ dlt_status dlt_ctx_set_seed(dlt_ctx *ctx, uint64_t seed) {
     DLT_NULL_CHECK(ctx, "dlt_ctx_set_seed");
     ctx->seed = seed;
     ctx->rng_offset = 0;
-    /* replays of captured graphs advanced the device base: start from 0 again */
-    if (ctx->rng_base) return ctx->be->memset0(ctx, ctx->rng_base, sizeof(uint64_t));
     return DLT_OK;
 }
 
@@ -129,20 +127,14 @@ dlt_status dlt_ctx_get_seed(const dlt_ctx *ctx, uint64_t *seed, uint64_t *offset
 }
 
 /* ---- gptex (issue 17): the generator's state for exact resumes ---- */
-/* The next op's offset is rng_offset + *rng_base (graph.c): eager ops reserve host offsets,
- * replays advance the device word instead. */
+/* rng_offset counts eager ops and replays alike (graph.c), so the state is host-side. */
 dlt_status dlt_ctx_get_rng_state(dlt_ctx *ctx, uint64_t *seed, uint64_t *offset) {
     static const char *F = "dlt_ctx_get_rng_state";
     DLT_NULL_CHECK(ctx, F);
     DLT_CHECK(dlt__ctx_ok(ctx, F));
-    if (ctx->capturing) return dlt__err(DLT_ERR_INVALID_STATE, F, "reads the device: not allowed during capture");
-    uint64_t base = 0;
-    if (ctx->rng_base) {
-        dlt_status st = ctx->be->memcpy_d2h(ctx, &base, ctx->rng_base, sizeof base);
-        if (st != DLT_OK) return dlt__err_wrap(st, F);
-    }
+    if (ctx->capturing) return dlt__err(DLT_ERR_INVALID_STATE, F, "not allowed during graph capture");
     if (seed) *seed = ctx->seed;
-    if (offset) *offset = ctx->rng_offset + base;
+    if (offset) *offset = ctx->rng_offset;
     return DLT_OK;
 }
 
@@ -151,10 +143,6 @@ dlt_status dlt_ctx_set_rng_state(dlt_ctx *ctx, uint64_t seed, uint64_t offset) {
     DLT_NULL_CHECK(ctx, F);
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     if (ctx->capturing) return dlt__err(DLT_ERR_INVALID_STATE, F, "not allowed during graph capture");
-    if (ctx->rng_base) {
-        dlt_status st = ctx->be->memset0(ctx, ctx->rng_base, sizeof(uint64_t));
-        if (st != DLT_OK) return dlt__err_wrap(st, F);
-    }
     ctx->seed = seed;
     ctx->rng_offset = offset;
     return DLT_OK;
@@ -174,6 +162,7 @@ dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func) {
         return st;
     }
     ctx->rng_base = p;
+    ctx->rng_base_value = 0;
     return DLT_OK;
 }
 
@@ -181,6 +170,13 @@ uint64_t dlt__rng_reserve(dlt_ctx *ctx, uint64_t blocks) {
     uint64_t off = ctx->rng_offset;
     ctx->rng_offset += blocks;
     return off;
+}
+
+/* Offsets wrap modulo 2^64 like the word, so off - value + value is off. During a capture
+ * the raw counter is kept: dlt_graph_run sets the word for each replay. */
+uint64_t dlt__rng_reserve_based(dlt_ctx *ctx, uint64_t blocks) {
+    const uint64_t off = dlt__rng_reserve(ctx, blocks);
+    return ctx->capturing ? off : off - ctx->rng_base_value;
 }
 
 dlt_status dlt_ctx_set_deterministic(dlt_ctx *ctx, int32_t on) {

@@ -3,6 +3,14 @@
  * graph, replay it. Falls back to calling the step eagerly (with a logged reason) when the
  * backend cannot capture (CPU) or capture fails (an op that synchronises, an allocation that
  * must grow during capture, a library call that cannot be captured).
+ *
+ * Random numbers follow PyTorch's CUDA-graph generator: one counter (ctx->rng_offset) for
+ * eager calls and replays in call order. A replay at counter C draws exactly what the step
+ * run eagerly at C would, then moves C past it; the capture itself draws nothing. The
+ * captured kernels add the device word rng_base to the capture's offsets, so each replay
+ * needs the word at C - rng0: the graph's last node adds rng_delta, which is that value
+ * for back-to-back replays, and dlt_graph_run enqueues a correction only when eager random
+ * calls (or another graph, or dlt_ctx_set_rng_state) moved the counter in between.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +23,8 @@ struct dlt_graph {
     void *user;
     void *exec; /* backend executable graph, NULL in eager fallback */
     int64_t n_nodes;
+    /* the generator counters the capture reserved: [rng0, rng0 + rng_delta) */
+    uint64_t rng0, rng_delta;
 };
 
 dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t warmup, dlt_graph **out) {
@@ -66,19 +76,18 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
     ctx->capturing = 1;
     const uint64_t rng0 = ctx->rng_offset;
     dlt_status step_st = step(user);
-    /* Random ops read their generator offsets relative to the device word rng_base: the
-     * graph's last node moves it past what the capture reserved, so every replay draws
-     * fresh numbers. Eager random calls between replays add the same word to the host's
-     * counter, which stays past the capture's range while the word grows with each replay,
-     * so a later replay can draw an eager call's numbers again (docs/ops.md, dlt_dropout). */
-    if (step_st == DLT_OK && ctx->rng_offset != rng0 && ctx->rng_base) {
+    const uint64_t rng_delta = ctx->rng_offset - rng0;
+    if (step_st == DLT_OK && rng_delta && ctx->rng_base) {
         if (!ctx->be->rng_advance) {
             step_st = dlt__be_missing(ctx, F, "rng_advance");
         } else {
-            step_st = ctx->be->rng_advance(ctx, ctx->rng_offset - rng0);
+            step_st = ctx->be->rng_advance(ctx, rng_delta);
         }
     }
     ctx->capturing = 0;
+    ctx->rng_offset = rng0; /* the captured call ran nothing: nothing drawn */
+    g->rng0 = rng0;
+    g->rng_delta = ctx->rng_base ? rng_delta : 0;
     char reason[512];
     snprintf(reason, sizeof reason, "%s", step_st == DLT_OK ? "" : dlt_last_error());
     st = ctx->be->capture_end(ctx, step_st == DLT_OK, &g->exec, &g->n_nodes);
@@ -108,7 +117,22 @@ dlt_status dlt_graph_run(dlt_graph *g) {
         dlt_status st = g->step(g->user);
         return st == DLT_OK ? st : dlt__err_wrap(st, F);
     }
-    return g->ctx->be->graph_launch(g->ctx, g->exec);
+    dlt_ctx *ctx = g->ctx;
+    if (g->rng_delta) {
+        const uint64_t want = ctx->rng_offset - g->rng0; /* the word this replay needs */
+        if (ctx->rng_base_value != want) {
+            dlt_status st = ctx->be->rng_advance(ctx, want - ctx->rng_base_value);
+            if (st != DLT_OK) return dlt__err_wrap(st, F);
+            ctx->rng_base_value = want;
+        }
+    }
+    dlt_status st = ctx->be->graph_launch(ctx, g->exec);
+    if (st != DLT_OK) return st;
+    if (g->rng_delta) {
+        ctx->rng_base_value += g->rng_delta; /* the graph's last node */
+        ctx->rng_offset += g->rng_delta;
+    }
+    return DLT_OK;
 }
 
 int32_t dlt_graph_is_captured(const dlt_graph *g) { return g && g->exec ? 1 : 0; }

@@ -83,11 +83,16 @@ struct dlt_ctx {
     const dlt_backend *be;
     void *be_state; /* backend private: CUDA stream, handles, pool, plan caches */
 
+    /* rng_offset: the generator's one counter, PyTorch's Philox offset: eager random ops and
+     * graph replays both take their counters from it, in call order (graph.c). */
     uint64_t seed, rng_offset;
     /* Device uint64 added to the generator offsets of the random ops that read it (dropout,
-     * attention dropout): 0 in eager calls; a captured graph adds the counters its capture
-     * reserved at the end of every replay, so replays draw fresh numbers (graph.c). */
+     * attention dropout). A captured graph's kernels hold the offsets of the capture (from
+     * rng0); each replay runs with the word at (counter - rng0), so it draws what an eager
+     * step at that counter would. rng_base_value: the word's value as the next enqueued
+     * kernel sees it (host mirror, stream order); eager ops pass offset - rng_base_value. */
     void *rng_base;
+    uint64_t rng_base_value;
     int32_t grad_enabled;
     int32_t autocast_stack[DLT_AUTOCAST_MAX_DEPTH]; /* dtype per nesting level, -1 = off */
     int32_t autocast_depth;
@@ -118,8 +123,12 @@ int64_t dlt__env_count(const char *name, int64_t dflt);
 int32_t dlt__autocast_dtype(const dlt_ctx *ctx);
 /* Allocates the context's device word rng_base (zero) on first use; fails inside a capture. */
 dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func);
-/* Reserves `blocks` Philox counters and returns the starting offset. */
+/* Reserves `blocks` Philox counters and returns the starting offset, for kernels that take
+ * it as is (random fills). */
 uint64_t dlt__rng_reserve(dlt_ctx *ctx, uint64_t blocks);
+/* The same for kernels that add the device word rng_base (dropout, attention): outside a
+ * capture the returned offset plus the word is the counter reserved. */
+uint64_t dlt__rng_reserve_based(dlt_ctx *ctx, uint64_t blocks);
 
 /* Counts an allocation for the failure-injection hook; returns nonzero if it must fail. */
 int dlt__alloc_should_fail(dlt_ctx *ctx);

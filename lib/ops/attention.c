@@ -80,7 +80,7 @@ dlt_status dlt_scaled_dot_product_attention(dlt_tensor *q, dlt_tensor *k, dlt_te
     if (dropout_p > 0.0) {
         DLT_CHECK(dlt__rng_base_ready(ctx, F));
         p.seed = ctx->seed;
-        p.offset = dlt__rng_reserve(ctx, dlt__philox_blocks((uint64_t)(p.B * p.H * p.T * p.S)));
+        p.offset = dlt__rng_reserve_based(ctx, dlt__philox_blocks((uint64_t)(p.B * p.H * p.T * p.S)));
     }
     dlt_tensor *in[3] = {NULL, NULL, NULL}, *src[3] = {q, k, v};
     dlt_tensor *o = NULL, *lse = NULL, *alias = NULL;

@@ -49,7 +49,7 @@ dlt_status dlt_dropout(dlt_tensor *x, double p, int32_t training, dlt_tensor **o
     dlt_node *node = NULL;
     dlt_status st;
     DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &y));
-    dropout_attr at = {.p = p, .seed = ctx->seed, .offset = dlt__rng_reserve(ctx, dlt__philox_blocks((uint64_t)x->numel))};
+    dropout_attr at = {.p = p, .seed = ctx->seed, .offset = dlt__rng_reserve_based(ctx, dlt__philox_blocks((uint64_t)x->numel))};
     if (y->numel) DLT_CHECK_GOTO(st, ctx->be->dropout(ctx, y, x, p, at.seed, at.offset), done);
     DLT_CHECK_GOTO(st, dlt__record(ctx, "dropout", dropout_backward, &x, 1, &y, 1, &node), done);
     DLT_SET_ATTR(node, dropout_attr, at);

@@ -194,6 +194,10 @@ static dlt_status rand_fill(dlt_tensor *t, int32_t normal, double a, double b, c
     DLT_CHECK(dlt__check_tensor(t, F, "t"));
     DLT_CHECK(dlt__check_float(t, F, "t"));
     if (t->numel == 0) return DLT_OK;
+    /* its kernels take the offset as is: a replay would draw the capture's numbers again */
+    if (t->ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, F, "random fills cannot be captured in a graph (each replay would "
+                        "draw the same numbers): fill the tensor outside the step");
     /* normal values come in pairs from a block of four words, so both kinds reserve
      * ceil(numel/4) counters: element i always uses counter off + i/4. */
     uint64_t off = dlt__rng_reserve(t->ctx, dlt__philox_blocks((uint64_t)t->numel));

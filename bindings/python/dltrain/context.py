@@ -257,15 +257,15 @@ class Context(Handle):
 
     def get_rng_state(self):
         """(seed, offset): the generator's whole state, what a resumed run restores with
-        set_rng_state (torch.cuda.get_rng_state's counterpart). Unlike get_seed's offset it
-        counts what replays of captured graphs drew (a device read: synchronises)."""
+        set_rng_state (torch.cuda.get_rng_state's counterpart). Eager random ops and graph
+        replays share its one counter."""
         s, o = ctypes.c_uint64(), ctypes.c_uint64()
         check(lib.dlt_ctx_get_rng_state(self.handle, ctypes.byref(s), ctypes.byref(o)))
         return s.value, o.value
 
     def set_rng_state(self, state):
         """Restores a (seed, offset) pair from get_rng_state: later random ops draw what
-        they would have drawn after the read. Set it before capturing a graph."""
+        they would have drawn after the read, in graph replays too."""
         seed, offset = state
         check(lib.dlt_ctx_set_rng_state(self.handle, check_seed(seed), check_seed(offset)))
 
