@@ -233,8 +233,24 @@ static void check_case(void) {
     }
 }
 
+/* dlt_set_num_threads: the count, the default, refusals that change nothing; and a child
+ * told 2 threads through the API (OMP_NUM_THREADS=1) hashes like the others */
+static void test_set_num_threads(void) {
+    const int32_t dflt = dlt_get_num_threads();
+    CHECK(dflt >= 1, "default %d", dflt);
+    CHECK_OK(dlt_set_num_threads(3));
+    CHECK(dlt_get_num_threads() == (TEST_HAVE_OPENMP ? 3 : 1), "after set 3: %d", dlt_get_num_threads());
+    CHECK(dlt_set_num_threads(-1) == DLT_ERR_INVALID_ARGUMENT, "-1 refused");
+    CHECK(strstr(dlt_last_error(), "-1 threads") != NULL, "message: %s", dlt_last_error());
+    CHECK(dlt_set_num_threads(4097) == DLT_ERR_INVALID_ARGUMENT, "4097 refused");
+    CHECK(dlt_get_num_threads() == (TEST_HAVE_OPENMP ? 3 : 1), "a refused call changed it: %d", dlt_get_num_threads());
+    CHECK_OK(dlt_set_num_threads(0));
+    CHECK(dlt_get_num_threads() == dflt, "0 restores the default %d: %d", dflt, dlt_get_num_threads());
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--dump")) return child();
+    RUN(test_set_num_threads);
     if (TEST_HAVE_OPENMP) run_children();
     for (cur_case = 0; cur_case < NCASES; cur_case++) th_run(check_case, case_names[cur_case]);
     return th_done();

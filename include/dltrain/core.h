@@ -214,6 +214,17 @@ DLT_API dlt_status dlt_ctx_set_deterministic(dlt_ctx *ctx, int32_t on);
 /** 1: fp32 convolutions and GEMMs may use TF32 tensor cores. Default 0 (exact fp32). */
 DLT_API dlt_status dlt_ctx_set_allow_tf32(dlt_ctx *ctx, int32_t on);
 
+/** Threads of the CPU backend's parallel loops, process-wide (torch.set_num_threads): n >= 1,
+ *  or 0 for the default (OMP_NUM_THREADS, else the cores). OpenBLAS, when the process has
+ *  it, gets the same count (0 restores its own). Our loops give the same bits for any count;
+ *  OpenBLAS's GEMMs round differently on one thread than on several. One thread is the fast
+ *  choice on a machine whose cores are busy with other work (docs/environment.md).
+ *  @return DLT_OK; DLT_ERR_INVALID_ARGUMENT (n < 0 or > 4096). */
+DLT_API DLT_NODISCARD dlt_status dlt_set_num_threads(int32_t n);
+/** The most threads a CPU parallel loop uses now (torch.get_num_threads); 1 in a build
+ *  without OpenMP. */
+DLT_API int32_t dlt_get_num_threads(void);
+
 /* ---------------------------------------------------------------------------------------
  * Memory
  * ------------------------------------------------------------------------------------- */

@@ -66,7 +66,7 @@ dlt_status dlt__cpu_sdpa_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const
     const int32_t to = o->dtype;
     int oom = 0;
 #if defined(_OPENMP)
-#pragma omp parallel
+#pragma omp parallel if (rows >= 2 * dlt__par_grain(S * D)) num_threads(dlt__cpu_team(rows, dlt__par_grain(S * D)))
 #endif
     {
         double *s = malloc((size_t)S * sizeof *s), *acc = malloc((size_t)D * sizeof *acc);
@@ -117,7 +117,7 @@ dlt_status dlt__cpu_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_t
     const int32_t tdo = dout->dtype, tout = o->dtype, tq = dq->dtype, tk = dk->dtype, tv = dv->dtype;
     int oom = 0;
 #if defined(_OPENMP)
-#pragma omp parallel
+#pragma omp parallel if (BH >= 2 * dlt__par_grain(T * S * D)) num_threads(dlt__cpu_team(BH, dlt__par_grain(T * S * D)))
 #endif
     {
         double *s = malloc((size_t)S * sizeof *s), *gq = malloc((size_t)D * sizeof *gq);

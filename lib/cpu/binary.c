@@ -53,7 +53,7 @@ dlt_status dlt__cpu_copy_nd(dlt_ctx *ctx, dlt_tensor *dst, const dlt_nd_operand 
     /* rows along the last dimension are contiguous runs when both strides are 1 */
     if (s->ndim > 0 && od->stride[s->ndim - 1] == 1 && os->stride[s->ndim - 1] == 1) {
         const int64_t row = s->shape[s->ndim - 1], nrows = s->numel / row;
-        DLT_PARALLEL_FOR(r, nrows, 256) {
+        DLT_PARALLEL_FOR(r, nrows, dlt__par_grain(row)) {
             const int64_t i = r * row;
             memcpy(pd + (size_t)dlt__nd_offset(s, od, i) * es, ps + (size_t)dlt__nd_offset(s, os, i) * es,
                    (size_t)row * es);

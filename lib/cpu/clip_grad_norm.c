@@ -38,7 +38,9 @@ dlt_status dlt__cpu_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L) {
             start[c++] = s;
         }
     const int norm = L->norm;
-    DLT_PARALLEL_FOR(k, chunks, 2) {
+    int64_t elems = 0;
+    for (int32_t i = 0; i < L->n; i++) elems += L->grads[i]->numel;
+    DLT_PARALLEL_FOR(k, chunks, elems >= DLT_PARALLEL_MIN_WORK ? 2 : chunks + 1) {
         const dlt_tensor *t = L->grads[tens[k]];
         const float *g = (const float *)dlt__data(t);
         const int64_t e1 = start[k] + CHUNK < t->numel ? start[k] + CHUNK : t->numel;

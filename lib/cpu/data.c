@@ -102,7 +102,7 @@ dlt_status dlt__cpu_data_tokens(dlt_ctx *ctx, const dlt_token_launch *L) {
     const uint64_t range = (uint64_t)(L->count - T);
     const int wide = L->x->dtype == DLT_I64;
     void *xd = dlt__data(L->x), *yd = dlt__data(L->y);
-    DLT_PARALLEL_FOR(b, L->batch_size, 16) {
+    DLT_PARALLEL_FOR(b, L->batch_size, dlt__par_grain(T)) {
         int64_t o = dlt__token_offset(L->seed, cur.batch, b, range);
         const uint16_t *src = L->tokens + o;
         for (int64_t t = 0; t < T; t++) {

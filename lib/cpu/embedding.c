@@ -21,7 +21,7 @@ dlt_status dlt__cpu_embedding_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor 
     const size_t row = (size_t)D * dlt__dtype_size(w->dtype);
     const char *pw = dlt__data(w);
     char *py = dlt__data(y);
-    DLT_PARALLEL_FOR(i, idx->numel, 1024) {
+    DLT_PARALLEL_FOR(i, idx->numel, dlt__par_grain(D)) {
         memcpy(py + (size_t)i * row, pw + (size_t)idx_at(idx, i) * row, row);
     }
     return DLT_OK;

@@ -17,7 +17,7 @@ dlt_status dlt__cpu_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_te
     void *py = dlt__data(y);
     float *pm = dlt__data(mean), *pr = dlt__data(rstd);
     const int32_t tx = x->dtype, ty = y->dtype, tw = w ? w->dtype : 0, tb = b ? b->dtype : 0;
-    DLT_PARALLEL_FOR(r, M, 16) {
+    DLT_PARALLEL_FOR(r, M, dlt__par_grain(N)) {
         const int64_t base = r * N;
         double s = 0.0;
         for (int64_t j = 0; j < N; j++) s += dlt__ld(px, tx, base + j);
@@ -48,7 +48,7 @@ dlt_status dlt__cpu_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_ten
     const float *pm = dlt__data(mean), *pr = dlt__data(rstd);
     void *pd = dlt__data(dx);
     const int32_t tu = dy->dtype, tx = x->dtype, td = dx->dtype, tw = w ? w->dtype : 0;
-    DLT_PARALLEL_FOR(r, M, 16) {
+    DLT_PARALLEL_FOR(r, M, dlt__par_grain(N)) {
         const int64_t base = r * N;
         const double mu = pm[r], rs = pr[r];
         double sg = 0.0, sgx = 0.0;
@@ -68,7 +68,7 @@ dlt_status dlt__cpu_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_ten
     }
     if (dw || db) {
         void *pdw = dw ? dlt__data(dw) : NULL, *pdb = db ? dlt__data(db) : NULL;
-        DLT_PARALLEL_FOR(j, N, 64) {
+        DLT_PARALLEL_FOR(j, N, dlt__par_grain(M)) {
             double aw = 0.0, ab = 0.0;
             for (int64_t r = 0; r < M; r++) {
                 const double u = dlt__ld(pu, tu, r * N + j);

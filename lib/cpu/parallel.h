@@ -4,9 +4,11 @@
  *   DLT_PARALLEL_FOR(i, n, grain) { body using i }
  *
  * runs the body for i in [0, n) split into contiguous static chunks over OpenMP's threads
- * when the build has OpenMP (meson finds it; OMP_NUM_THREADS sets the count), and as a plain
- * loop otherwise. A loop shorter than `grain` iterations runs on the calling thread: the
- * fork/join costs a few microseconds and small tensors are the common case in tests.
+ * when the build has OpenMP (meson finds it; dlt_set_num_threads, else OMP_NUM_THREADS, sets
+ * the most), and as a plain loop otherwise. Each thread gets at least `grain` iterations, so
+ * a loop shorter than 2 * grain runs on the calling thread: a fork/join costs microseconds on
+ * an idle machine and milliseconds on an oversubscribed one (a sleeping worker must be
+ * scheduled), and small tensors are the common case.
  *
  * Rules for bodies: each iteration writes only its own outputs (no reductions across
  * iterations), so results are identical whatever the thread count; no dlt_ call that
@@ -18,16 +20,21 @@
 
 #include <stdint.h>
 
+/* Threads for a loop of n iterations of which `grain` make one thread's worth of work
+ * (PyTorch's at::parallel_for rule): at most n / grain, at most dlt_get_num_threads(). */
+int dlt__cpu_team(int64_t n, int64_t grain);
+/* dlt_get_num_threads() */
+int dlt__cpu_threads(void);
+
 #if defined(_OPENMP)
 #include <omp.h>
 #define DLT__PRAGMA(x) _Pragma(#x)
 #define DLT_PARALLEL_FOR(i, n, grain)                                                         \
-    DLT__PRAGMA(omp parallel for schedule(static) if ((n) >= (grain)))                        \
+    DLT__PRAGMA(omp parallel for schedule(static) if ((n) >= 2 * (grain))                     \
+                num_threads(dlt__cpu_team((n), (grain))))                                     \
     for (int64_t i = 0; i < (n); i++)
-static inline int dlt__cpu_threads(void) { return omp_get_max_threads(); }
 #else
 #define DLT_PARALLEL_FOR(i, n, grain) for (int64_t i = 0; i < (n); i++)
-static inline int dlt__cpu_threads(void) { return 1; }
 #endif
 
 /* ---- build: grains by work ----

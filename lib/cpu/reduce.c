@@ -15,7 +15,7 @@ dlt_status dlt__cpu_reduce(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, con
     void *py = dlt__data(y);
     const int32_t tx = x->dtype, ty = y->dtype;
     const int64_t nr = r->red.numel;
-    DLT_PARALLEL_FOR(o, r->kept.numel, 64) {
+    DLT_PARALLEL_FOR(o, r->kept.numel, dlt__par_grain(nr)) {
         const int64_t base = dlt__nd_offset(&r->kept, &r->kept_x, o);
         if (op == DLT_RED_SUM) {
             double acc = 0.0;

@@ -13,7 +13,7 @@ dlt_status dlt__cpu_softmax_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x
     const void *px = dlt__data(x);
     void *py = dlt__data(y);
     const int32_t tx = x->dtype, ty = y->dtype;
-    DLT_PARALLEL_FOR(r, outer * inner, 64) {
+    DLT_PARALLEL_FOR(r, outer * inner, dlt__par_grain(n)) {
         const int64_t base = (r / inner) * n * inner + r % inner;
         double m = -INFINITY;
         for (int64_t j = 0; j < n; j++) {
@@ -37,7 +37,7 @@ dlt_status dlt__cpu_softmax_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *
     const void *pu = dlt__data(dy), *py = dlt__data(y);
     void *pd = dlt__data(dx);
     const int32_t tu = dy->dtype, ty = y->dtype, td = dx->dtype;
-    DLT_PARALLEL_FOR(r, outer * inner, 64) {
+    DLT_PARALLEL_FOR(r, outer * inner, dlt__par_grain(n)) {
         const int64_t base = (r / inner) * n * inner + r % inner;
         double s = 0.0;
         for (int64_t j = 0; j < n; j++) {

@@ -32,6 +32,7 @@ from .dtypes import (DType, float32, float16, half, bfloat16, int32, int64, uint
                      i32, i64, u8, CONTIGUOUS, CHANNELS_LAST, contiguous_format, channels_last,
                      preserve_format, MemoryFormat, dtype)
 from .context import (Context, Event, version, version_string, abi_version, built_with_cuda,
+                      set_num_threads, get_num_threads,
                       cuda_device_count, cuda_is_available, library_path, last_error,
                       clear_error, set_log_callback, set_default_context, current_context,
                       default_context,

@@ -81,6 +81,8 @@ _SIGNATURES = {
     "dlt_ctx_set_rng_state": (STATUS, [PTR, U64, U64]),
     "dlt_ctx_set_deterministic": (STATUS, [PTR, I32]),
     "dlt_ctx_set_allow_tf32": (STATUS, [PTR, I32]),
+    "dlt_set_num_threads": (STATUS, [I32]),
+    "dlt_get_num_threads": (I32, []),
     "dlt_memory_stat": (STATUS, [PTR, I32, P(U64)]),
     "dlt_memory_reset_peak": (STATUS, [PTR]),
     "dlt_empty_cache": (STATUS, [PTR]),

@@ -55,6 +55,17 @@ def built_with_cuda():
     return bool(lib.dlt_built_with_cuda())
 
 
+def set_num_threads(n):
+    """Threads of the CPU backend's parallel loops, process-wide (torch.set_num_threads);
+    0 restores the default (OMP_NUM_THREADS, else the cores). OpenBLAS gets the same."""
+    check(lib.dlt_set_num_threads(int(n)))
+
+
+def get_num_threads():
+    """The most threads a CPU parallel loop uses now (torch.get_num_threads)."""
+    return int(lib.dlt_get_num_threads())
+
+
 def cuda_device_count():
     """Number of visible CUDA devices (0 without CUDA support, driver or device)."""
     n = ctypes.c_int32()

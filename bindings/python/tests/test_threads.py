@@ -204,3 +204,25 @@ def test_queued_releases_run_in_their_order():
     assert order == ["tensor release", "context destroy"], order
     g.enter("dlt_test")  # free again
     g.exit()
+
+
+def test_set_num_threads_round_trip_and_errors():
+    require("dlt_set_num_threads")
+    default = dltrain.get_num_threads()
+    assert default >= 1
+    try:
+        dltrain.set_num_threads(1)
+        assert dltrain.get_num_threads() == 1
+        x = dltrain.ones(3, 4, ctx=cpu())
+        assert (x * 2).tolist() == [[2.0] * 4] * 3
+        for bad in (-1, 5000):
+            try:
+                dltrain.set_num_threads(bad)
+            except dltrain.InvalidArgument as e:
+                assert "threads" in str(e)
+            else:
+                raise AssertionError("set_num_threads(%d) was accepted" % bad)
+        assert dltrain.get_num_threads() == 1, "a refused call changed the count"
+    finally:
+        dltrain.set_num_threads(0)
+    assert dltrain.get_num_threads() == default
