@@ -24,6 +24,7 @@
 #          2+), gpt_fp16 1 min, gpt_hf 1 min: over one call's 10 minutes together, so split
 #          them, e.g. STAGES="build gpt_tests gpt_recipe gpt_fp16 gpt_hf", then STAGES=gpt_bench.
 #          GPT_NANOGPT_COMPILE="False" ("True False": also nanoGPT with torch.compile).
+#          GPT_RECIPE_TIMEOUT=270 (s, each side of gpt_recipe), GPT_RECIPE_ARGS (e.g. "--sdp flash").
 set -u
 # Logs go to a scratch folder and come back as one archive (the tool returns few files).
 FINAL_OUT=${OUT:-/tmp/out}
@@ -290,13 +291,16 @@ if has gpt_recipe; then
   # nanoGPT's Shakespeare recipe: ours, then nanoGPT itself (wall time of the whole run each)
   t=$(date +%s)
   rm -rf /tmp/gpt-recipe
-  ./build-gpu/examples/gpt_train --text "$SHK" --recipe shakespeare-char --out /tmp/gpt-recipe --sample 300 \
+  # each run bounded (GPT_RECIPE_TIMEOUT s) so one slow side cannot take the call's whole
+  # 10 minutes (2026-12-01: ours at 96 ms/iteration needed ~8 min and nanoGPT never ran)
+  timeout ${GPT_RECIPE_TIMEOUT:-270} ./build-gpu/examples/gpt_train --text "$SHK" --recipe shakespeare-char \
+    --out /tmp/gpt-recipe --sample 300 ${GPT_RECIPE_ARGS:-} \
     --json "$OUT/gpt-recipe.json" >"$OUT/gpt-recipe.txt" 2>&1
   rc=$?; ours_s=$(( $(date +%s) - t ))
   note "gpt_train --recipe shakespeare-char rc=$rc: $ours_s s for the whole run; best: $(grep '^step' "$OUT/gpt-recipe.txt" | sort -t' ' -k8 -n | head -1)"
   grep -E '^\| shakespeare|^epoch =|^first step' "$OUT/gpt-recipe.txt" | sed 's/^/   /'
   t=$(date +%s)
-  NANOGPT_WORK=/tmp/nanogpt-anchor bash "$GPT_ANCHORS/run_nanogpt.sh" ${GPT_NANOGPT_COMPILE:-False} \
+  NANOGPT_WORK=/tmp/nanogpt-anchor timeout ${GPT_RECIPE_TIMEOUT:-270} bash "$GPT_ANCHORS/run_nanogpt.sh" ${GPT_NANOGPT_COMPILE:-False} \
     >"$OUT/gpt-recipe-nanogpt.txt" 2>&1
   note "nanoGPT recipe rc=$? ($(( $(date +%s) - t )) s): $(grep -E 'for the whole run' "$OUT/gpt-recipe-nanogpt.txt" | tr '\n' ' ')"
   sed 's/^/   /' "$OUT/gpt-recipe-nanogpt.txt" | tail -12
