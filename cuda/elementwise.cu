@@ -2,11 +2,11 @@
  * elementwise.cu - CUDA conversions (dtype and memory format), fills, Philox random fills,
  * add, accumulate, scaling, full sums and ReLU. Each kernel is a grid-stride loop in fp32
  * math, templated on the storage types and dispatched at run time; one .so serves every
- * precision. Random fills use lib/core/philox.h, the same code as the CPU backend.
+ * precision. Random fills use lib/kernel/philox.h, the same code as the CPU backend.
  */
 #include <type_traits>
 
-#include "../lib/core/philox.h"
+#include "../lib/kernel/philox.h"
 #include "common.cuh"
 
 using namespace dlt;

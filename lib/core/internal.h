@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "dltrain.h"
-#include "nd.h"
+#include "../kernel/nd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 #include "cpu.h"
 
 /* Memory index of logical element i. */

@@ -3,7 +3,7 @@
  * CPU gather (lib/cpu/data.c) and the CUDA gather (cuda/data.cu), written once here so the
  * two backends give the same bits.
  *
- * Randomness (all Philox4x32-10, lib/core/philox.h):
+ * Randomness (all Philox4x32-10, lib/kernel/philox.h):
  *  - shuffle: index k of epoch e gets the 64-bit key (w0 << 32 | w1) of
  *    philox(seed, e << 32 | k); the epoch's order sorts indices by key, ties by index (a
  *    tie needs two equal 64-bit keys; the index tiebreak makes the order total anyway).
@@ -25,7 +25,7 @@
 #define DLT_DATA_INTERNAL_H
 
 #include "../core/internal.h"
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 
 #include <stdio.h>
 
