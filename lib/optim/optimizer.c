@@ -4,7 +4,7 @@
  * it), parameter groups, the device block of per-step values, the step entry points, the
  * lr setters and getters, and the gradients interface of the GradScaler.
  *
- * Device block (lib/core/internal.h): dlt_optim_dev (group 0's lr and base, the
+ * Device block (lib/kernel/optim.h): dlt_optim_dev (group 0's lr and base, the
  * applied-step count, last_applied), DLT_OPTIM_MAX_GROUPS - 1 group lrs, then one int32 per
  * parameter. Invariant kept by every writer: with no schedule active, each group's base ==
  * its lr. Adding a parameter group makes a larger block (copied on the device) and frees
