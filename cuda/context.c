@@ -72,16 +72,6 @@ dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, cons
     return dlt__err(DLT_ERR_CUDNN, func, "%s failed: %s %s", what, cudnnGetErrorString(s), detail);
 }
 
-int32_t dlt__cuda_device_count(void) {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
 static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (!s) return;
     if (s->workspace_size || s->scratch_size)
@@ -407,6 +397,11 @@ static const dlt_backend CUDA_BACKEND = {
     .ctx_init = cuda_ctx_init,
     .ctx_fini = cuda_ctx_fini,
     .device_name = cuda_device_name,
+    .device_count = dlt__cuda_device_count,
+    .device_query = dlt__cuda_device_query,
+    .device_pci_bus_id = dlt__cuda_device_pci_bus_id,
+    .bench_copy = dlt__cuda_bench_copy,
+    .bench_gemm = dlt__cuda_bench_gemm,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .memcpy_h2d = cuda_h2d,

@@ -94,6 +94,14 @@ dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);
 /* batchnorm.cu: blocks until no BatchNorm plan is being built in the background */
 void dlt__cuda_bn_async_wait(dlt_ctx *ctx);
 
+/* device.c: the device_* and bench_* entries */
+int32_t dlt__cuda_device_count(void);
+dlt_status dlt__cuda_device_query(int32_t index, const char *func, dlt_device_props *out);
+dlt_status dlt__cuda_device_pci_bus_id(int32_t index, char *buf, size_t n);
+dlt_status dlt__cuda_bench_copy(dlt_ctx *ctx, size_t bytes, double *gbytes_per_s);
+dlt_status dlt__cuda_bench_gemm(dlt_ctx *ctx, int32_t kind, int64_t m, int64_t n, int64_t k,
+                                double *tflops);
+
 /* graph.c */
 void dlt__cuda_capture_trace(dlt_ctx *ctx, int32_t on);
 dlt_status dlt__cuda_capture_begin(dlt_ctx *ctx);

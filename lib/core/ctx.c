@@ -11,7 +11,8 @@ int32_t dlt_built_with_cuda(void) { return dlt__cuda_backend() != NULL; }
 
 dlt_status dlt_cuda_device_count(int32_t *out) {
     DLT_NULL_CHECK(out, "dlt_cuda_device_count");
-    *out = dlt__cuda_backend() ? dlt__cuda_device_count() : 0;
+    const dlt_backend *cu = dlt__cuda_backend();
+    *out = cu && cu->device_count ? cu->device_count() : 0;
     return DLT_OK;
 }
 

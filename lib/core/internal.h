@@ -234,12 +234,40 @@ dlt_status dlt__check_ndim(const dlt_tensor *t, int32_t ndim, const char *func, 
  *  - cross entropy: logits [N,K] contiguous, any float dtype; loss, dloss f32 one element.
  * Kernels may assume numel > 0 (front doors handle empty tensors).
  * ------------------------------------------------------------------------------------- */
+/* What the CUDA runtime and libraries report for one device (the device_query entry; raw,
+ * before lib/device/info.c derives core counts and bandwidth). */
+typedef struct dlt_device_props {
+    char name[256];
+    char pci_bus_id[32];
+    int32_t cc_major, cc_minor;
+    int32_t sm_count;
+    int64_t memory_bytes;
+    int32_t memory_bus_bits;
+    int64_t memory_clock_khz;
+    int64_t l2_bytes;
+    int64_t sm_clock_khz;
+    int32_t driver_version, runtime_version;
+    int64_t cudnn_version, cublas_version;
+} dlt_device_props;
+
 struct dlt_backend {
     const char *name;
     /* lifetime */
     dlt_status (*ctx_init)(dlt_ctx *ctx);
     void (*ctx_fini)(dlt_ctx *ctx);
     dlt_status (*device_name)(dlt_ctx *ctx, char *buf, size_t n);
+    /* refactor: device queries (dlt_cuda_device_count, lib/device), so that lib/ reaches
+     * CUDA through this table only; NULL on the CPU backend. device_count and
+     * device_pci_bus_id set no message (callers fall back quietly); device_query names func
+     * in its messages (NO_DEVICE: no driver or no such device). */
+    int32_t (*device_count)(void);
+    dlt_status (*device_query)(int32_t index, const char *func, dlt_device_props *out);
+    dlt_status (*device_pci_bus_id)(int32_t index, char *buf, size_t n);
+    /* micro-benchmarks on a context of this backend (arguments checked by lib/device/info.c);
+     * they synchronise */
+    dlt_status (*bench_copy)(dlt_ctx *ctx, size_t bytes, double *gbytes_per_s);
+    dlt_status (*bench_gemm)(dlt_ctx *ctx, int32_t kind, int64_t m, int64_t n, int64_t k,
+                             double *tflops);
 
     /* memory: raw bytes on the device, ordered on the context's stream */
     dlt_status (*alloc)(dlt_ctx *ctx, size_t nbytes, void **ptr);
@@ -474,10 +502,9 @@ struct dlt_backend {
 };
 
 const dlt_backend *dlt__cpu_backend(void);
-/* Returns NULL when the library was built without CUDA. */
+/* The CUDA backend, or NULL when the library was built without CUDA: the one function
+ * through which lib/ reaches cuda/ (ops, memory, device queries all go through the table). */
 const dlt_backend *dlt__cuda_backend(void);
-/* Device count through the CUDA runtime (0 without CUDA/driver). */
-int32_t dlt__cuda_device_count(void);
 
 /* Profiler ranges around layers, backward nodes and optimizer work: free when no profiler
  * (Nsight Systems/Compute) is attached. */

@@ -318,7 +318,9 @@ static void nvml_open(dlt_gpu_monitor *m) {
     }
     char bus[64];
     r = -1;
-    if (ncuda > 0 && a->by_pci && dlt__device_pci_bus_id(m->device_index, bus, sizeof bus) == DLT_OK)
+    const dlt_backend *cu = dlt__cuda_backend();
+    if (ncuda > 0 && a->by_pci && cu && cu->device_pci_bus_id &&
+        cu->device_pci_bus_id(m->device_index, bus, sizeof bus) == DLT_OK)
         r = a->by_pci(bus, &m->dev);
     if (r != NVML_SUCCESS) r = a->by_index((unsigned int)m->device_index, &m->dev);
     if (r != NVML_SUCCESS) {
