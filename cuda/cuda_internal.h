@@ -62,6 +62,7 @@ typedef struct dlt_cuda_state {
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }
 static inline cudaStream_t dlt__stream(const dlt_ctx *ctx) { return dlt__cu(ctx)->stream; }
 
+/* error.c */
 dlt_status dlt__cuda_fail(dlt_ctx *ctx, cudaError_t e, const char *func, const char *what);
 dlt_status dlt__cublas_fail(dlt_ctx *ctx, cublasStatus_t s, const char *func, const char *what);
 dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, const char *what);
@@ -83,6 +84,29 @@ dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, cons
     } while (0)
 /* After a kernel launch: launch errors are reported now, execution faults at the next sync. */
 #define DLT_CU_LAUNCHED(ctx, func) DLT_CU((ctx), cudaGetLastError(), (func))
+
+/* context.c: set-up, memory and synchronisation (entries of the backend table) */
+dlt_status dlt__cuda_ctx_init(dlt_ctx *ctx);
+void dlt__cuda_ctx_fini(dlt_ctx *ctx);
+dlt_status dlt__cuda_device_name(dlt_ctx *ctx, char *buf, size_t n);
+dlt_status dlt__cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr);
+void dlt__cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes);
+dlt_status dlt__cuda_memcpy_h2d(dlt_ctx *ctx, void *dst, const void *src, size_t n);
+dlt_status dlt__cuda_memcpy_d2h(dlt_ctx *ctx, void *dst, const void *src, size_t n);
+dlt_status dlt__cuda_memcpy_d2d(dlt_ctx *ctx, void *dst, const void *src, size_t n);
+dlt_status dlt__cuda_memset0(dlt_ctx *ctx, void *dst, size_t n);
+dlt_status dlt__cuda_synchronize(dlt_ctx *ctx);
+dlt_status dlt__cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out);
+dlt_status dlt__cuda_mem_reset_peak(dlt_ctx *ctx);
+dlt_status dlt__cuda_empty_cache(dlt_ctx *ctx);
+
+/* event.c: timing events and profiler ranges */
+dlt_status dlt__cuda_event_create(dlt_ctx *ctx, void **ev);
+dlt_status dlt__cuda_event_record(dlt_ctx *ctx, void *ev);
+dlt_status dlt__cuda_event_elapsed(dlt_ctx *ctx, void *start, void *end, double *ms);
+void dlt__cuda_event_destroy(dlt_ctx *ctx, void *ev);
+void dlt__cuda_range_push(dlt_ctx *ctx, const char *name);
+void dlt__cuda_range_pop(dlt_ctx *ctx);
 
 /* Makes sure the shared workspace holds at least n bytes. Growing is not allowed during
  * graph capture (the pointer must stay fixed): callers size it in warm-up. */
