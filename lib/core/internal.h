@@ -1,10 +1,13 @@
 /*
- * internal.h - the library's private core: error reporting, the context, tensors and
- * storage, the allocator front, and the autograd tape structures. Included by lib/ (C) and
- * by cuda/ (C and C++), so it stays in the common subset of C11 and C++17 and includes no
- * CUDA header.
+ * internal.h - the library's private core, one header per concern, and the backend
+ * interface: status.h (errors and the check macros), ctx.h (the context), tensor.h (storage
+ * and tensors), tape.h (autograd), the kernel contract (lib/kernel/: launch and argument
+ * structs, math both backends run), then struct dlt_backend below, the table through which
+ * the front doors reach a device. Included by lib/ (C) and by cuda/ (C and C++), so every
+ * part stays in the common subset of C11 and C++17 and includes no CUDA header.
  *
- * Names: dlt__* are internal (hidden by the version script); dlt_* are public.
+ * Names: dlt__* are internal functions and types (hidden by the version script; a few older
+ * internal types keep a single underscore, see docs/architecture.md); dlt_* are public.
  */
 #ifndef DLT_INTERNAL_H
 #define DLT_INTERNAL_H
@@ -18,203 +21,14 @@
 #include "../kernel/data.h"
 #include "../kernel/nd.h"
 #include "../kernel/optim.h"
+#include "ctx.h"
+#include "status.h"
+#include "tape.h"
+#include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#if defined(__GNUC__)
-#define DLT_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define DLT_PRINTF(a, b)
-#endif
-
-/* ---------------------------------------------------------------------------------------
- * Errors. Every failing path sets the thread-local message with the public function name:
- *   return dlt__err(DLT_ERR_SHAPE, "dlt_conv2d", "input must be 4-D, got %d-D", nd);
- * ------------------------------------------------------------------------------------- */
-dlt_status dlt__err(dlt_status code, const char *func, const char *fmt, ...) DLT_PRINTF(3, 4);
-dlt_status dlt__verr(dlt_status code, const char *func, const char *fmt, va_list ap);
-/* Prefixes the current message with "func: " context from an outer call; keeps the code. */
-dlt_status dlt__err_wrap(dlt_status code, const char *func);
-void dlt__log(int32_t level, const char *fmt, ...) DLT_PRINTF(2, 3);
-
-#define DLT_CHECK(expr)                                                                       \
-    do {                                                                                      \
-        dlt_status dlt__s = (expr);                                                           \
-        if (dlt__s != DLT_OK) return dlt__s;                                                  \
-    } while (0)
-#define DLT_CHECK_GOTO(st, expr, label)                                                       \
-    do {                                                                                      \
-        (st) = (expr);                                                                        \
-        if ((st) != DLT_OK) goto label;                                                       \
-    } while (0)
-#define DLT_NULL_CHECK(p, func)                                                               \
-    do {                                                                                      \
-        if ((p) == NULL) return dlt__err(DLT_ERR_NULL_POINTER, func, "argument '%s' is NULL", #p); \
-    } while (0)
-
-/* ---------------------------------------------------------------------------------------
- * Forward declarations
- * ------------------------------------------------------------------------------------- */
-typedef struct dlt_backend dlt_backend;
-typedef struct dlt_node dlt_node;
-typedef struct dlt_storage dlt_storage;
-
-/* ---------------------------------------------------------------------------------------
- * Context
- * ------------------------------------------------------------------------------------- */
-typedef struct dlt_tape {
-    dlt_node **slots; /* weak pointers in recording order; NULL once a node dies */
-    int64_t n, cap;
-    int64_t live; /* nodes alive */
-    uint64_t next_seq;
-    /* leaf-gradient accumulations deferred to the end of the running backward (tape.c) */
-    dlt_tensor **pend_dst, **pend_src;
-    int32_t *pend_beta;
-    int32_t n_pend, cap_pend;
-    int64_t pend_bytes; /* queued gradient bytes */
-    int64_t pend_limit; /* flush at this many (DLT_GRAD_QUEUE_MAX, read once; 0 = not read yet) */
-    int32_t in_backward;
-} dlt_tape;
-
-#define DLT_AUTOCAST_MAX_DEPTH 16
-
-struct dlt_ctx {
-    int32_t device_type;
-    int32_t device_index;
-    const dlt_backend *be;
-    void *be_state; /* backend private: CUDA stream, handles, pool, plan caches */
-
-    uint64_t seed, rng_offset;
-    /* Device uint64 added to the generator offsets of the random ops that read it (dropout,
-     * attention dropout): 0 in eager calls; a captured graph adds the counters its capture
-     * reserved at the end of every replay, so replays draw fresh numbers (graph.c). */
-    void *rng_base;
-    int32_t grad_enabled;
-    int32_t autocast_stack[DLT_AUTOCAST_MAX_DEPTH]; /* dtype per nesting level, -1 = off */
-    int32_t autocast_depth;
-    int32_t deterministic, allow_tf32;
-    int32_t capturing; /* inside CUDA graph capture: no host syncs allowed */
-    int32_t graph_warmup; /* in dlt_graph_create's warm-up steps: prepare all the capture will use */
-
-    dlt_status poisoned; /* != DLT_OK after an asynchronous fault */
-    char poison_msg[512];
-
-    /* host-side accounting (CPU backend memory; CUDA uses the pool's statistics) */
-    uint64_t mem_allocated, mem_peak, mem_count;
-    int64_t alloc_calls;    /* allocations made on behalf of this context */
-    int64_t fail_alloc_at;  /* injection: fail when alloc_calls reaches this value (0 = off) */
-
-    dlt_tape tape;
-    int64_t live_tensors; /* leak accounting for tests */
-};
-
-/* Fails with DLT_ERR_CONTEXT_POISONED if an earlier asynchronous fault broke the context. */
-dlt_status dlt__ctx_ok(dlt_ctx *ctx, const char *func);
-/* Marks the context poisoned (first fault wins) and returns code with the message set. */
-dlt_status dlt__ctx_poison(dlt_ctx *ctx, dlt_status code, const char *func, const char *msg);
-/* The environment variable `name` as a non-negative count, or dflt when it is unset or not
- * one (trailing text after the number is ignored). */
-int64_t dlt__env_count(const char *name, int64_t dflt);
-/* Autocast dtype in force, or -1. */
-int32_t dlt__autocast_dtype(const dlt_ctx *ctx);
-/* Allocates the context's device word rng_base (zero) on first use; fails inside a capture. */
-dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func);
-/* Reserves `blocks` Philox counters and returns the starting offset. */
-uint64_t dlt__rng_reserve(dlt_ctx *ctx, uint64_t blocks);
-
-/* Counts an allocation for the failure-injection hook; returns nonzero if it must fail. */
-int dlt__alloc_should_fail(dlt_ctx *ctx);
-/* Host allocations on behalf of a context (objects, metadata). Fail with injection too. */
-void *dlt__host_alloc(dlt_ctx *ctx, size_t n);
-void *dlt__host_calloc(dlt_ctx *ctx, size_t count, size_t size);
-void *dlt__host_realloc(dlt_ctx *ctx, void *p, size_t n);
-char *dlt__host_strdup(dlt_ctx *ctx, const char *s);
-/* Overflow-checked multiply: returns 0 and sets *out, or 1 on overflow. */
-int dlt__mul_overflow(size_t a, size_t b, size_t *out);
-
-/* ---------------------------------------------------------------------------------------
- * Storage and tensors
- * ------------------------------------------------------------------------------------- */
-struct dlt_storage {
-    int32_t refcount;
-    dlt_ctx *ctx;
-    void *data; /* device pointer for CUDA, host pointer for the CPU */
-    size_t nbytes;
-    int32_t external; /* not owned: never freed */
-};
-
-struct dlt_tensor {
-    int32_t refcount;
-    dlt_ctx *ctx;
-    int32_t dtype;
-    int32_t ndim;
-    int32_t format;
-    int64_t shape[DLT_MAX_DIMS];
-    int64_t numel;
-    dlt_storage *storage;
-    size_t offset; /* bytes into storage */
-
-    /* autograd */
-    int32_t requires_grad;     /* leaf that accumulates a gradient */
-    dlt_tensor *grad;          /* leaf gradient buffer (kept across zero-grad) */
-    int32_t grad_defined;      /* 0 after zero-grad(set_to_none): next backward overwrites */
-    dlt_node *grad_fn;         /* node that produced this tensor (strong reference) */
-    int32_t grad_fn_output;    /* which output of grad_fn */
-    int32_t graph_consumed;    /* backward already ran through this tensor's node */
-    int32_t grad_pending;      /* a deferred accumulation into this leaf's grad is queued */
-
-    /* parameters: version bumped by in-place updates; autocast low-precision copies */
-    uint64_t version;
-    dlt_tensor *lp_copy[2];      /* [0] f16, [1] bf16 */
-    uint64_t lp_version[2];
-};
-
-static inline void *dlt__data(const dlt_tensor *t) {
-    return t->storage ? (char *)t->storage->data + t->offset : NULL;
-}
-size_t dlt__dtype_size(int32_t dtype);
-static inline int dlt__is_float(int32_t dtype) {
-    return dtype == DLT_F32 || dtype == DLT_F16 || dtype == DLT_BF16;
-}
-static inline size_t dlt__nbytes(const dlt_tensor *t) {
-    return (size_t)t->numel * dlt__dtype_size(t->dtype);
-}
-
-/* Allocates a tensor on ctx (uninitialised). func names the public caller for messages. */
-dlt_status dlt__tensor_new(dlt_ctx *ctx, int32_t dtype, const int64_t *shape, int32_t ndim,
-                           int32_t format, const char *func, dlt_tensor **out);
-/* New tensor with the shape/format of `like` and the given dtype. */
-dlt_status dlt__tensor_new_like(const dlt_tensor *like, int32_t dtype, const char *func,
-                                dlt_tensor **out);
-/* A view sharing t's storage with a new shape (contiguous tensors only). */
-dlt_status dlt__tensor_view(dlt_tensor *t, const int64_t *shape, int32_t ndim, int32_t format,
-                            const char *func, dlt_tensor **out);
-/* A view of `nbytes` of a storage at `offset` (used for flat parameter arenas). */
-dlt_status dlt__tensor_from_storage(dlt_storage *s, size_t offset, int32_t dtype,
-                                    const int64_t *shape, int32_t ndim, int32_t format,
-                                    const char *func, dlt_tensor **out);
-dlt_status dlt__storage_new(dlt_ctx *ctx, size_t nbytes, const char *func, dlt_storage **out);
-void dlt__storage_release(dlt_storage *s);
-
-/* Shape helpers. */
-int dlt__same_shape(const dlt_tensor *a, const dlt_tensor *b);
-/* Writes "[2,3,4]" into buf. Returns buf. */
-const char *dlt__shape_str(const dlt_tensor *t, char *buf, size_t n);
-/* Logical 4-D index helpers: element (n,c,h,w) offset in elements for t's format. */
-static inline int64_t dlt__off4(const dlt_tensor *t, int64_t n, int64_t c, int64_t h, int64_t w) {
-    const int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
-    if (t->format == DLT_FORMAT_CHANNELS_LAST) return ((n * H + h) * W + w) * C + c;
-    return ((n * C + c) * H + h) * W + w;
-}
-
-/* Validation helpers for op front doors (messages name func and the argument). */
-dlt_status dlt__check_tensor(const dlt_tensor *t, const char *func, const char *arg);
-dlt_status dlt__check_same_ctx(const dlt_tensor *a, const dlt_tensor *b, const char *func,
-                               const char *arg_a, const char *arg_b);
-dlt_status dlt__check_float(const dlt_tensor *t, const char *func, const char *arg);
-dlt_status dlt__check_ndim(const dlt_tensor *t, int32_t ndim, const char *func, const char *arg);
 
 /* ---------------------------------------------------------------------------------------
  * Backend interface. Each backend (lib/cpu, cuda/) fills one table. Kernels receive
@@ -517,79 +331,6 @@ static inline void dlt__range_pop(dlt_ctx *ctx) {
 
 /* Reports a backend entry this device lacks as NOT_SUPPORTED (see DLT_NEED_KERNEL). */
 dlt_status dlt__be_missing(const dlt_ctx *ctx, const char *func, const char *what);
-
-/* ---------------------------------------------------------------------------------------
- * Autograd tape (lib/core/tape.c)
- * ------------------------------------------------------------------------------------- */
-#define DLT_NODE_MAX_IN 8
-#define DLT_NODE_MAX_OUT 8
-#define DLT_NODE_MAX_SAVED 8
-#define DLT_NODE_ATTR_BYTES 256
-/* The node's attributes as the op's struct T (checked to fit where it is used). */
-#define DLT_NODE_ATTR(node, T) ((T *)(void *)(node)->attr.bytes)
-
-/* Where the gradient of a node input goes: into another node's output slot, into a leaf's
- * .grad, or nowhere (input needs no gradient). */
-typedef struct dlt_edge {
-    dlt_node *node; /* strong reference */
-    int32_t index;
-    dlt_tensor *leaf; /* strong reference */
-} dlt_edge;
-
-/* What backward receives for each input. needed: a gradient is wanted. For a leaf whose
- * buffer can be written directly, dst is that buffer and beta says overwrite (0) or
- * accumulate (1); a backward that writes it sets written = 1. Otherwise the backward sets
- * result to a new tensor and the tape delivers it. dlt__grad_slot_store does either. */
-typedef struct dlt_grad_slot {
-    int32_t needed;
-    dlt_tensor *dst; /* borrowed, may be NULL */
-    int32_t beta;
-    int32_t written;
-    dlt_tensor *result; /* new reference, or NULL */
-} dlt_grad_slot;
-
-typedef dlt_status (*dlt_backward_fn)(dlt_node *node, dlt_tensor *const *grad_out,
-                                      dlt_grad_slot *grad_in);
-
-struct dlt_node {
-    int32_t refcount;
-    dlt_ctx *ctx;
-    const char *name; /* op name, static string */
-    dlt_backward_fn backward;
-    int32_t n_in, n_out;
-    dlt_edge next[DLT_NODE_MAX_IN];
-    /* dtype/shape of each input, for checks and for leaf-dtype casts */
-    dlt_tensor *grad_accum[DLT_NODE_MAX_OUT]; /* gradients of outputs summed during backward */
-    dlt_tensor *saved[DLT_NODE_MAX_SAVED];    /* strong references, dropped after backward */
-    int32_t n_saved;
-    int64_t ip[12]; /* integer attributes (older ops; new ops use attr) */
-    double fp[6];   /* real attributes */
-    /* typed per-op attributes: an op stores its own struct here (DLT_NODE_ATTR) */
-    union {
-        double d_;
-        int64_t i_;
-        unsigned char bytes[DLT_NODE_ATTR_BYTES];
-    } attr;
-    int64_t slot;   /* position in ctx->tape.slots */
-    uint64_t seq;
-    int32_t consumed;
-};
-
-/* Whether an op with these inputs must be recorded (grad mode on and some input needs
- * a gradient). */
-int dlt__needs_grad(const dlt_ctx *ctx, dlt_tensor *const *inputs, int32_t n);
-/* Creates a node for an op, with edges for its inputs, appends it to the tape, and makes
- * outputs[i]->grad_fn point to it. Returns NULL node (and DLT_OK) when nothing needs
- * recording. The caller then fills saved[]/ip[]/fp[] of *out_node. */
-dlt_status dlt__record(dlt_ctx *ctx, const char *name, dlt_backward_fn backward,
-                       dlt_tensor *const *inputs, int32_t n_in, dlt_tensor *const *outputs,
-                       int32_t n_out, dlt_node **out_node);
-/* Saves a tensor for backward (takes a reference). */
-void dlt__save(dlt_node *node, dlt_tensor *t);
-void dlt__node_release(dlt_node *node);
-void dlt__tape_fini(dlt_ctx *ctx);
-/* Writes a computed gradient into a slot's destination (dst with beta) and releases it. */
-dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g);
 
 /* ---------------------------------------------------------------------------------------
  * Internal ops for modules (lib/ops)
