@@ -76,8 +76,6 @@ struct dlt_node {
     dlt_tensor *grad_accum[DLT_NODE_MAX_OUT]; /* gradients of outputs summed during backward */
     dlt_tensor *saved[DLT_NODE_MAX_SAVED];    /* strong references, dropped after backward */
     int32_t n_saved;
-    int64_t ip[12]; /* integer attributes (older ops; new ops use attr) */
-    double fp[6];   /* real attributes */
     /* typed per-op attributes: an op stores its own struct here (DLT_NODE_ATTR) */
     union {
         double d_;
@@ -94,7 +92,8 @@ struct dlt_node {
 int dlt__needs_grad(const dlt_ctx *ctx, dlt_tensor *const *inputs, int32_t n);
 /* Creates a node for an op, with edges for its inputs, appends it to the tape, and makes
  * outputs[i]->grad_fn point to it. Returns NULL node (and DLT_OK) when nothing needs
- * recording. The caller then fills saved[]/ip[]/fp[] of *out_node. */
+ * recording. The caller then saves tensors (dlt__save) and stores the op's attribute
+ * struct (DLT_SET_ATTR, lib/ops/ops_internal.h) in *out_node. */
 dlt_status dlt__record(dlt_ctx *ctx, const char *name, dlt_backward_fn backward,
                        dlt_tensor *const *inputs, int32_t n_in, dlt_tensor *const *outputs,
                        int32_t n_out, dlt_node **out_node);
