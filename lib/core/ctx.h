@@ -60,8 +60,6 @@ dlt_status dlt__ctx_poison(dlt_ctx *ctx, dlt_status code, const char *func, cons
 /* The environment variable `name` as a non-negative count, or dflt when it is unset or not
  * one (trailing text after the number is ignored). */
 int64_t dlt__env_count(const char *name, int64_t dflt);
-/* Autocast dtype in force, or -1. */
-int32_t dlt__autocast_dtype(const dlt_ctx *ctx);
 /* Allocates the context's device word rng_base (zero) on first use; fails inside a capture. */
 dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func);
 /* Reserves `blocks` Philox counters and returns the starting offset. */

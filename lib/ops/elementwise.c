@@ -168,12 +168,7 @@ dlt_status dlt_mean(dlt_tensor *x, dlt_tensor **out) { return reduce(x, 1, out, 
 
 /* ---- cast and format change (differentiable) ---- */
 
-/* the input's dtype and format, which the gradient is converted back to */
-typedef struct convert_attr {
-    int32_t dtype, format;
-} convert_attr;
-
-static dlt_status convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+dlt_status dlt__convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
     const int32_t dtype = DLT_NODE_ATTR(n, convert_attr)->dtype;
     const int32_t format = DLT_NODE_ATTR(n, convert_attr)->format;
@@ -203,7 +198,7 @@ static dlt_status convert_op(dlt_tensor *x, int32_t dtype, int32_t format, const
     DLT_CHECK(dlt__tensor_new(ctx, dtype, x->shape, x->ndim, format, func, &y));
     dlt_status st = x->numel ? ctx->be->convert(ctx, y, x) : DLT_OK;
     if (st == DLT_OK && dlt__is_float(x->dtype) && dlt__is_float(dtype))
-        st = dlt__record(ctx, name, convert_backward, &x, 1, &y, 1, &node);
+        st = dlt__record(ctx, name, dlt__convert_backward, &x, 1, &y, 1, &node);
     if (st == DLT_OK && node) {
         convert_attr at = {x->dtype, x->format};
         DLT_SET_ATTR(node, convert_attr, at);
@@ -230,51 +225,4 @@ dlt_status dlt_cast(dlt_tensor *x, int32_t dtype, dlt_tensor **out) {
     DLT_NULL_CHECK(out, F);
     if (dtype < 0 || dtype > DLT_U8) return dlt__err(DLT_ERR_DTYPE, F, "unknown dtype %d", dtype);
     return dlt__op_cast(x, dtype, F, out);
-}
-
-/* ---- autocast operands ---- */
-
-/* The cached low-precision copy is shared by every forward until the parameter changes; each
- * use gets a fresh alias that carries this forward's tape node, so the cache itself never
- * points into a graph (no reference cycle through the parameter). */
-dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out) {
-    if (dtype < 0 || x->dtype == dtype || !dlt__is_float(x->dtype)) {
-        *out = dlt_tensor_retain(x);
-        return DLT_OK;
-    }
-    /* PyTorch caches casts of fp32 leaves that require grad (parameters) only: other tensors
-     * (activations, loader buffers rewritten in place) are cast at every use. */
-    if (!x->requires_grad || x->dtype != DLT_F32 || (dtype != DLT_F16 && dtype != DLT_BF16))
-        return dlt__op_cast(x, dtype, func, out);
-    int k = dtype == DLT_F16 ? 0 : 1;
-    dlt_ctx *ctx = x->ctx;
-    dlt_tensor *lp = x->lp_copy[k];
-    if (lp && (lp->format != x->format || !dlt__same_shape(lp, x))) {
-        dlt_tensor_release(lp);
-        lp = x->lp_copy[k] = NULL;
-    }
-    if (!lp) {
-        DLT_CHECK(dlt__tensor_new_like(x, dtype, func, &lp));
-        x->lp_copy[k] = lp;
-        x->lp_version[k] = x->version + 1; /* force the copy below */
-    }
-    if (x->lp_version[k] != x->version) {
-        dlt_status st = x->numel ? ctx->be->convert(ctx, lp, x) : DLT_OK;
-        if (st != DLT_OK) return dlt__err_wrap(st, func);
-        x->lp_version[k] = x->version;
-    }
-    dlt_tensor *alias = NULL;
-    dlt_node *node = NULL;
-    DLT_CHECK(dlt__alias(lp, func, &alias));
-    dlt_status st = dlt__record(ctx, "autocast", convert_backward, &x, 1, &alias, 1, &node);
-    if (st == DLT_OK && node) {
-        convert_attr at = {x->dtype, x->format};
-        DLT_SET_ATTR(node, convert_attr, at);
-    }
-    if (st != DLT_OK) {
-        dlt_tensor_release(alias);
-        return dlt__err_wrap(st, func);
-    }
-    *out = alias;
-    return DLT_OK;
 }
