@@ -20,6 +20,7 @@
 
 #include "../core/internal.h"
 #include "../kernel/optim.h"
+#include "optim_grads.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -116,22 +117,7 @@ dlt_status dlt__adamw_step_impl(dlt_optimizer *opt, const void *found_inf, const
 /* Reads the device block (synchronises). */
 dlt_status dlt__optimizer_read_dev(dlt_optimizer *opt, dlt_optim_dev *d, const char *func);
 
-/* ---- for the GradScaler (lib/amp/scaler.c): the narrow gradients interface ---- */
-static inline dlt_ctx *dlt__optimizer_ctx(const dlt_optimizer *opt) { return opt->ctx; }
-static inline uint64_t dlt__optimizer_uid(const dlt_optimizer *opt) { return opt->uid; }
-/* The gradients the next step would use (parameters with a defined gradient, each once, in
- * parameter order). *grads is the optimizer's own array, valid until the next call on it:
- * callers may change the gradients' values, never the array. */
-void dlt__optimizer_grads(dlt_optimizer *opt, dlt_tensor ***grads, int32_t *n);
-/* Creates the state tensors the next step needs (parameters with a gradient and no state
- * yet), all or nothing. The step calls it first; the GradScaler calls it before it
- * unscales, so that a step failing for memory leaves the gradients and its stage as they
- * were. */
-dlt_status dlt__optimizer_prepare(dlt_optimizer *opt, const char *func);
-/* One step that the device skips when *found_inf != 0 (found_inf: device f32 on the
- * optimizer's context, or NULL for a plain step). Enqueued only. */
-dlt_status dlt__optimizer_step_found_inf(dlt_optimizer *opt, const void *found_inf,
-                                         const char *func);
+/* ---- for the GradScaler: optim_grads.h ---- */
 
 /* ---- for checkpoints (lib/io/checkpoint.c) ---- */
 /* DLT__OPT_SGD or DLT__OPT_ADAM. */

@@ -275,6 +275,9 @@ dlt_status dlt__optimizer_prepare(dlt_optimizer *opt, const char *func) {
     return alloc_states(opt, slots, 1, func);
 }
 
+dlt_ctx *dlt__optimizer_ctx(const dlt_optimizer *opt) { return opt->ctx; }
+uint64_t dlt__optimizer_uid(const dlt_optimizer *opt) { return opt->uid; }
+
 void dlt__optimizer_grads(dlt_optimizer *opt, dlt_tensor ***grads, int32_t *n) {
     int32_t k = 0;
     for (int32_t i = 0; i < opt->n; i++) {
