@@ -229,31 +229,6 @@ template <typename T> __global__ void bn_epilogue(T *y, const T *res, int relu, 
     }
 }
 
-/* d = dy masked by y > 0 (before an unfused cuDNN backward) */
-template <typename T> __global__ void relu_mask_kernel(T *out, const T *dy, const T *y, int64_t n) {
-    DLT_GRID_STRIDE(i, n) out[i] = to_f<T>(y[i]) <= 0.0f ? from_f<T>(0.0f) : dy[i];
-}
-/* the same, 16 bytes per load (nv vectors) */
-template <typename T> __global__ void relu_mask_vec_kernel(T *out, const T *dy, const T *y, int64_t nv) {
-    DLT_GRID_STRIDE(i, nv) {
-        Vec16<T> d, m;
-        d.raw = reinterpret_cast<const uint4 *>(dy)[i];
-        m.raw = reinterpret_cast<const uint4 *>(y)[i];
-#pragma unroll
-        for (int k = 0; k < Vec16<T>::N; k++)
-            if (to_f<T>(m.v[k]) <= 0.0f) d.v[k] = from_f<T>(0.0f);
-        reinterpret_cast<uint4 *>(out)[i] = d.raw;
-    }
-}
-template <typename T> static void relu_mask(T *out, const T *dy, const T *y, int64_t n, cudaStream_t st) {
-    if (vec16_ok(n, Vec16<T>::N, out, dy, y)) {
-        const int64_t nv = n / Vec16<T>::N;
-        relu_mask_vec_kernel<T><<<grid_for(nv, 256), 256, 0, st>>>(out, dy, y, nv);
-    } else {
-        relu_mask_kernel<T><<<grid_for(n, 256), 256, 0, st>>>(out, dy, y, n);
-    }
-}
-
 /* dgamma = sum(d*(x-mean))*invstd, dbeta = sum(d) (beta_acc adds); chan = per-channel means
  * of d and d*(x-mean) for the dx formula */
 __global__ void bn_bwd_finish(const float *part, int32_t splits, int64_t C, int64_t M,
@@ -1532,9 +1507,8 @@ dlt_status cudnn_bwd(dlt_ctx *ctx, const dlt_cudnn_settings *set, dlt_tensor *dx
     cudaStream_t st = dlt__stream(ctx);
     if (relu && !fused) {
         void *mbuf = dres ? dlt__data(dres) : (char *)ws + off_mask;
-        DLT_DISPATCH_FLOAT(dy->dtype, T,
-            relu_mask<T>((T *)mbuf, (const T *)dlt__data(dy), (const T *)dlt__data(y), n, st));
-        DLT_CU_LAUNCHED(ctx, F_BWD);
+        /* d = dy masked by y > 0 before an unfused cuDNN backward: the ReLU backward */
+        DLT_CHECK(dlt__cuda_relu_mask(ctx, dy->dtype, mbuf, dlt__data(dy), dlt__data(y), n, F_BWD));
         dy_in = mbuf;
     } else if (!relu && dres) {
         DLT_CU(ctx, cudaMemcpyAsync(dlt__data(dres), dlt__data(dy), dlt__nbytes(dy), cudaMemcpyDeviceToDevice, st),

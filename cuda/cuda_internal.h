@@ -154,8 +154,13 @@ dlt_status dlt__cuda_scale(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, con
                            double alpha);
 dlt_status dlt__cuda_sum(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double alpha);
 dlt_status dlt__cuda_broadcast_scalar(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, double alpha);
+/* relu.cu */
 dlt_status dlt__cuda_relu_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x);
 dlt_status dlt__cuda_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y);
+/* dx = dy where y > 0, else 0 (NaN in y passes dy), over n elements of dtype in memory order:
+ * the ReLU backward on raw pointers (BatchNorm's unfused cuDNN path uses it too). */
+dlt_status dlt__cuda_relu_mask(dlt_ctx *ctx, int32_t dtype, void *dx, const void *dy, const void *y,
+                               int64_t n, const char *func);
 
 #ifdef __cplusplus
 }
