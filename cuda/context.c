@@ -15,7 +15,7 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (s->workspace_size || s->scratch_size)
         dlt__log(DLT_LOG_INFO, "dlt: CUDA workspace %zu bytes, scratch %zu bytes at the end of this context",
                  s->workspace_size, s->scratch_size);
-    if (s->bn_async && s->bn_async_free) s->bn_async_free(s->bn_async);
+    if (s->plan_pool && s->plan_pool_free) s->plan_pool_free(s->plan_pool);
     if (s->plans && s->plans_free) s->plans_free(s->plans);
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);

@@ -50,10 +50,10 @@ typedef struct dlt_cuda_state {
      * them when the context is destroyed */
     dlt_cuda_gemm_cache *gemm;
     void (*gemm_free)(dlt_cuda_gemm_cache *);
-    /* BatchNorm plans built by background threads (batchnorm.cu); bn_async_free stops the
-     * threads, and runs first when the context is destroyed */
-    void *bn_async;
-    void (*bn_async_free)(void *);
+    /* cuDNN plans built by background threads (plan_pool.c, for batchnorm_cudnn.cu);
+     * plan_pool_free stops the threads, and runs first when the context is destroyed */
+    void *plan_pool;
+    void (*plan_pool_free)(void *);
     /* whole-step graphs' memory: the sizing run and the arenas (graph.c); NULL until the
      * first graph */
     struct dlt_graph_mem *gmem;
@@ -115,8 +115,8 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
 /* At least n zeroed ints for arrival counters; every kernel using them leaves them zero. */
 dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);
 
-/* batchnorm.cu: blocks until no BatchNorm plan is being built in the background */
-void dlt__cuda_bn_async_wait(dlt_ctx *ctx);
+/* plan_pool.c: blocks until no plan is being built in the background (wait_plans) */
+void dlt__cuda_plans_wait(dlt_ctx *ctx);
 
 /* device.c: the device_* and bench_* entries */
 int32_t dlt__cuda_device_count(void);
