@@ -310,18 +310,6 @@ struct BnJob {
     char err[512];
 };
 
-int async_enabled() {
-    const char *v = getenv("DLT_BN_ASYNC_PLANS");
-    return !(v && strcmp(v, "0") == 0);
-}
-
-int plan_threads() {
-    int want = 4;
-    const char *v = getenv("DLT_BN_PLAN_THREADS");
-    if (v && atoi(v) >= 1) want = atoi(v) > DLT_PLAN_POOL_MAX_THREADS ? DLT_PLAN_POOL_MAX_THREADS : atoi(v);
-    return want;
-}
-
 void build_job(dlt_ctx *ctx, dlt_plan_job *job) {
     BnJob *j = (BnJob *)job;
     j->st = DLT_OK;
@@ -406,11 +394,11 @@ dlt_status async_gate(dlt_ctx *ctx, const dlt_cudnn_settings *set, const BnSpec 
     dlt_cudnn_plan *e = NULL;
     DLT_CHECK(dlt__cudnn_cache_find(ctx, &k0, &e));
     if (e) return DLT_OK;
-    const int allowed = async_enabled() && set->bn_impl == DLT_IMPL_AUTO && !ctx->deterministic &&
+    const int allowed = set->bn_async_plans && set->bn_impl == DLT_IMPL_AUTO && !ctx->deterministic &&
                         !ctx->capturing && !ctx->graph_warmup;
     JobRequest req = {variants, n};
     dlt_plan_job *done = NULL;
-    const int r = dlt__plan_pool_gate(ctx, &k0, allowed, plan_threads(), make_job, &req, &done);
+    const int r = dlt__plan_pool_gate(ctx, &k0, allowed, set->bn_plan_threads, make_job, &req, &done);
     if (r == DLT_PLAN_PENDING) *pending = 1;
     if (r == DLT_PLAN_FINISHED) return install(ctx, (BnJob *)done);
     return DLT_OK;

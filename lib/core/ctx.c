@@ -44,6 +44,7 @@ dlt_status dlt_ctx_create(int32_t device_type, int32_t device_index, uint32_t ab
     }
     dlt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the context");
+    dlt__env_read(&ctx->env); /* every variable of lib/core/env.c, once */
     ctx->device_type = device_type;
     ctx->device_index = device_type == DLT_DEVICE_CPU ? 0 : device_index;
     ctx->be = be;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "dltrain/core.h"
+#include "env.h"
 #include "tape.h"
 
 #ifdef __cplusplus
@@ -51,15 +52,14 @@ struct dlt_ctx {
 
     dlt_tape tape;
     int64_t live_tensors; /* leak accounting for tests */
+
+    dlt__env env; /* the environment variables, read once when the context is created */
 };
 
 /* Fails with DLT_ERR_CONTEXT_POISONED if an earlier asynchronous fault broke the context. */
 dlt_status dlt__ctx_ok(dlt_ctx *ctx, const char *func);
 /* Marks the context poisoned (first fault wins) and returns code with the message set. */
 dlt_status dlt__ctx_poison(dlt_ctx *ctx, dlt_status code, const char *func, const char *msg);
-/* The environment variable `name` as a non-negative count, or dflt when it is unset or not
- * one (trailing text after the number is ignored). */
-int64_t dlt__env_count(const char *name, int64_t dflt);
 /* Allocates the context's device word rng_base (zero) on first use; fails inside a capture. */
 dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func);
 /* Reserves `blocks` Philox counters and returns the starting offset. */

@@ -27,8 +27,7 @@ typedef struct dlt_tape {
     dlt_tensor **pend_dst, **pend_src;
     int32_t *pend_beta;
     int32_t n_pend, cap_pend;
-    int64_t pend_bytes; /* queued gradient bytes */
-    int64_t pend_limit; /* flush at this many (DLT_GRAD_QUEUE_MAX, read once; 0 = not read yet) */
+    int64_t pend_bytes; /* queued gradient bytes (flushed at DLT_GRAD_QUEUE_MAX) */
     int32_t in_backward;
 } dlt_tape;
 

@@ -271,8 +271,8 @@ static const char *nvml_err(const nvml_api *a, nvml_return r) {
 /* Loads NVML and finds the device; on failure fills m->reason and undoes what was done. */
 static void nvml_open(dlt_gpu_monitor *m) {
     nvml_api *a = &m->api;
-    const char *path = getenv("DLT_NVML_LIBRARY");
-    if (!path || !path[0]) path = "libnvidia-ml.so.1";
+    char path_buf[4096];
+    const char *path = dlt__env_path(DLT__ENV_NVML_LIBRARY, path_buf, sizeof path_buf);
     dlerror();
     a->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!a->lib) {
