@@ -398,8 +398,8 @@ dlt_status dlt_gpu_monitor_start(int32_t device_index, int32_t interval_ms,
     return DLT_OK;
 }
 
-dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon) {
-    DLT_NULL_CHECK(mon, "dlt_gpu_monitor_stop");
+/* Stops the sampling thread, if it runs (stop and destroy). */
+static void monitor_stop(dlt_gpu_monitor *mon) {
     pthread_mutex_lock(&mon->mu);
     int join = mon->thread_running;
     mon->stop_requested = 1;
@@ -413,12 +413,17 @@ dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon) {
         mon->stopped = 1;
     }
     pthread_mutex_unlock(&mon->mu);
+}
+
+dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon) {
+    DLT_NULL_CHECK(mon, "dlt_gpu_monitor_stop");
+    monitor_stop(mon);
     return DLT_OK;
 }
 
 void dlt_gpu_monitor_destroy(dlt_gpu_monitor *mon) {
     if (!mon) return;
-    (void)dlt_gpu_monitor_stop(mon);
+    monitor_stop(mon);
     if (mon->nvml_initialised) mon->api.shutdown();
     if (mon->api.lib) dlclose(mon->api.lib);
     dlt__series_free(&mon->series);
