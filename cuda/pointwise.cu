@@ -1,6 +1,6 @@
 /*
  * pointwise.cu - CUDA kernels of the unary ops and activations (lib/ops/pointwise.c) and
- * their derivatives: the formulas of lib/cpu/math_ref.h in fp32 (erff, tanhf, expf,
+ * their derivatives: the formulas of lib/kernel/unary.h in fp32 (erff, tanhf, expf,
  * log1pf), elementwise over flat memory. Compile-checked; first run on a GPU is the next
  * session's.
  */

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#include "../kernel/nd.h"
+#include "nd.h"
 
 static inline double dlt__un_f(int32_t op, double x, double a) {
     switch (op) {
