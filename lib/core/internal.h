@@ -21,6 +21,7 @@
 #include "../kernel/data.h"
 #include "../kernel/nd.h"
 #include "../kernel/optim.h"
+#include "../kernel/unary.h"
 #include "ctx.h"
 #include "status.h"
 #include "tape.h"
