@@ -31,7 +31,8 @@ enum {
     DLT_UN_SIGMOID = 11,
     DLT_UN_TANH = 12,
     DLT_UN_SOFTPLUS = 13,  /* log(1 + exp(x)), stable */
-    DLT_UN_COUNT = 14
+    DLT_UN_LEAKY_RELU = 14, /* x > 0 ? x : alpha x (alpha: negative_slope) */
+    DLT_UN_COUNT = 15
 };
 
 /* ---- double: the CPU backend ---- */
@@ -55,6 +56,7 @@ static inline double dlt__un_f(int32_t op, double x, double a) {
     case DLT_UN_SIGMOID: return 1.0 / (1.0 + exp(-x));
     case DLT_UN_TANH: return tanh(x);
     case DLT_UN_SOFTPLUS: return x > 20.0 ? x : log1p(exp(x)); /* PyTorch's threshold 20 */
+    case DLT_UN_LEAKY_RELU: return x > 0.0 ? x : x * a; /* NaN * a stays NaN */
     default: return NAN;
     }
 }
@@ -90,6 +92,7 @@ static inline double dlt__un_df(int32_t op, double du, double x, double y, doubl
     case DLT_UN_SIGMOID: return du * y * (1.0 - y);
     case DLT_UN_TANH: return du * (1.0 - y * y);
     case DLT_UN_SOFTPLUS: return x > 20.0 ? du : du / (1.0 + exp(-x));
+    case DLT_UN_LEAKY_RELU: return x > 0.0 ? du : du * a; /* the slope at 0, as PyTorch */
     default: return NAN;
     }
 }
@@ -114,6 +117,7 @@ static __device__ __forceinline__ float dlt__un_f32(int32_t op, float x, float a
     case DLT_UN_SILU: return x / (1.0f + expf(-x));
     case DLT_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
     case DLT_UN_TANH: return tanhf(x);
+    case DLT_UN_LEAKY_RELU: return x > 0.0f ? x : x * a;
     default: return x > 20.0f ? x : log1pf(expf(x)); /* softplus */
     }
 }
@@ -144,6 +148,7 @@ static __device__ __forceinline__ float dlt__un_df32(int32_t op, float du, float
     }
     case DLT_UN_SIGMOID: return du * y * (1.0f - y);
     case DLT_UN_TANH: return du * (1.0f - y * y);
+    case DLT_UN_LEAKY_RELU: return x > 0.0f ? du : du * a;
     default: return x > 20.0f ? du : du / (1.0f + expf(-x)); /* softplus */
     }
 }
