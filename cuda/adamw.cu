@@ -4,7 +4,7 @@
  * tests/cuda_optim.c cases "adamw_*_vs_cpu" check it against the CPU backend on the next
  * GPU session.
  *
- * Arithmetic: dlt__adamw_scalars / dlt__adamw_elem (optim_internal.h), the code the CPU
+ * Arithmetic: dlt__adamw_scalars / dlt__adamw_elem (lib/kernel/optim.h), the code the CPU
  * backend runs, with every rounding explicit (__fmul_rn, __fmaf_rn, ...): the same bits as
  * the CPU except where CUDA's double pow differs from the host's in the last ulp (then the
  * f32 scalars may differ by one ulp).
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/optim/optim_internal.h"
+#include "../lib/kernel/optim.h"
 #include "common.cuh"
 #include "ops_cuda.h"
 

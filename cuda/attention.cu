@@ -9,13 +9,13 @@
  *            dq_i = scale sum_j p_ij (z_ij dO_i.v_j - Di) k_j               (warp per i)
  *            dv_j = sum_i p_ij z_ij dO_i, dk_j = scale sum_i ds_ij q_i     (warp per j)
  *            with p_ij = exp(scale q_i.k_j - lse_i) recomputed.
- * Dropout draws are lib/core/philox.h's for element ((b*H+h)*T+i)*S+j at the offset plus
+ * Dropout draws are lib/kernel/philox.h's for element ((b*H+h)*T+i)*S+j at the offset plus
  * *rng_base, the CPU's numbers. Deterministic (no atomics). These kernels are the
  * correctness path and the fallback; the fast path (tensor cores: cuDNN's fused flash
  * attention or our own tiles) is the next step. Compile-checked; first run on a GPU is the
  * next session's.
  */
-#include "../lib/core/philox.h"
+#include "../lib/kernel/philox.h"
 #include "nd.cuh"
 #include "ops_cuda.h"
 

@@ -1,7 +1,7 @@
 /*
  * binary.cu - CUDA kernels of the broadcasting binary ops (lib/ops/binary.c) and of copy_nd
  * (layout ops and their gradients). Operands are read through their operand maps
- * (lib/core/nd.h); math in fp32, dtypes of a, b and y chosen at run time per element load
+ * (lib/kernel/nd.h); math in fp32, dtypes of a, b and y chosen at run time per element load
  * (uniform across the grid, so the branch costs little). Same-layout operands (one merged
  * dimension, unit strides) take a flat grid-stride loop without index arithmetic.
  * Compile-checked; first run on a GPU is the next session's.

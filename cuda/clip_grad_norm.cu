@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/optim/optim_internal.h"
+#include "../lib/kernel/optim.h"
 #include "common.cuh"
 #include "ops_cuda.h"
 

@@ -8,11 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <nvtx3/nvToolsExt.h>
-
 #include "../lib/core/gpu_arch.h"
 #include "cuda_internal.h"
-#include "ops_cuda.h"
 
 /* The architectures this file was compiled with (meson's gpu_arch; the same list for every
  * file of the CUDA backend). */
@@ -23,81 +20,12 @@
 #define DLT_CUDA_PTX ""
 #endif
 
-/* Errors after which the device state is unknown: everything else (bad value, out of
- * memory, unsupported, capture errors) leaves the context usable. */
-static int cuda_error_is_sticky(cudaError_t e) {
-    switch (e) {
-    case cudaErrorMemoryAllocation:
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidConfiguration:
-    case cudaErrorInvalidDeviceFunction:
-    case cudaErrorInvalidDevice:
-    case cudaErrorNotSupported:
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidResourceHandle:
-    case cudaErrorStreamCaptureUnsupported:
-    case cudaErrorStreamCaptureInvalidated:
-    case cudaErrorStreamCaptureWrongThread:
-    case cudaErrorStreamCaptureUnmatched:
-    case cudaErrorStreamCaptureMerge:
-    case cudaErrorStreamCaptureUnjoined:
-    case cudaErrorStreamCaptureIsolation:
-    case cudaErrorStreamCaptureImplicit:
-    case cudaErrorCapturedEvent:
-    case cudaErrorNotReady:
-        return 0;
-    default:
-        return 1;
-    }
-}
-
-dlt_status dlt__cuda_fail(dlt_ctx *ctx, cudaError_t e, const char *func, const char *what) {
-    char msg[400];
-    (void)cudaGetLastError(); /* clear a non-sticky error so the next call is not affected */
-    if (e == cudaErrorMemoryAllocation)
-        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, func, "out of device memory in %s", what);
-    snprintf(msg, sizeof msg, "%s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
-    if (ctx && cuda_error_is_sticky(e)) return dlt__ctx_poison(ctx, DLT_ERR_CUDA, func, msg);
-    return dlt__err(DLT_ERR_CUDA, func, "%s", msg);
-}
-
-dlt_status dlt__cublas_fail(dlt_ctx *ctx, cublasStatus_t s, const char *func, const char *what) {
-    (void)ctx;
-    if (s == CUBLAS_STATUS_ALLOC_FAILED)
-        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, func, "cuBLAS ran out of memory in %s", what);
-    return dlt__err(DLT_ERR_CUBLAS, func, "%s failed: %s (%s)", what, cublasGetStatusName(s),
-                    cublasGetStatusString(s));
-}
-
-dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, const char *what) {
-    (void)ctx;
-    char detail[256] = "";
-    cudnnGetLastErrorString(detail, sizeof detail);
-    if (s == CUDNN_STATUS_ALLOC_FAILED)
-        return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, func, "cuDNN ran out of memory in %s", what);
-    if (s == CUDNN_STATUS_NOT_SUPPORTED || (s / 1000) == 3)
-        return dlt__err(DLT_ERR_NOT_SUPPORTED, func, "%s: cuDNN %s %s", what, cudnnGetErrorString(s),
-                        detail);
-    return dlt__err(DLT_ERR_CUDNN, func, "%s failed: %s %s", what, cudnnGetErrorString(s), detail);
-}
-
-int32_t dlt__cuda_device_count(void) {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
 static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (!s) return;
     if (s->workspace_size || s->scratch_size)
         dlt__log(DLT_LOG_INFO, "dlt: CUDA workspace %zu bytes, scratch %zu bytes at the end of this context",
                  s->workspace_size, s->scratch_size);
-    if (s->bn_async && s->bn_async_free) s->bn_async_free(s->bn_async);
+    if (s->plan_pool && s->plan_pool_free) s->plan_pool_free(s->plan_pool);
     if (s->plans && s->plans_free) s->plans_free(s->plans);
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
@@ -115,7 +43,7 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     free(s);
 }
 
-static dlt_status cuda_ctx_init(dlt_ctx *ctx) {
+dlt_status dlt__cuda_ctx_init(dlt_ctx *ctx) {
     static const char *F = "dlt_ctx_create";
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -201,7 +129,7 @@ fail:
     return st;
 }
 
-static void cuda_ctx_fini(dlt_ctx *ctx) {
+void dlt__cuda_ctx_fini(dlt_ctx *ctx) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (!s) return;
     cudaSetDevice(s->device);
@@ -209,7 +137,7 @@ static void cuda_ctx_fini(dlt_ctx *ctx) {
     ctx->be_state = NULL;
 }
 
-static dlt_status cuda_device_name(dlt_ctx *ctx, char *buf, size_t n) {
+dlt_status dlt__cuda_device_name(dlt_ctx *ctx, char *buf, size_t n) {
     snprintf(buf, n, "%s", dlt__cu(ctx)->name);
     return DLT_OK;
 }
@@ -218,7 +146,7 @@ static dlt_status cuda_device_name(dlt_ctx *ctx, char *buf, size_t n) {
  * arena places blocks of this size, so alloc and free must agree on it */
 static size_t block_bytes(size_t nbytes) { return nbytes ? (nbytes + 255) & ~(size_t)255 : 256; }
 
-static dlt_status cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
+dlt_status dlt__cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
     dlt_cuda_state *s = dlt__cu(ctx);
     const size_t rounded = block_bytes(nbytes);
     if (s->gmem && dlt__cuda_gmem_alloc(ctx, rounded, ptr)) {
@@ -238,7 +166,7 @@ static dlt_status cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
     return DLT_OK;
 }
 
-static void cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
+void dlt__cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (!ptr || !s) return;
     const int arena_block = s->gmem && dlt__cuda_gmem_free(ctx, ptr, block_bytes(nbytes));
@@ -246,30 +174,30 @@ static void cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
     s->live_allocs--;
 }
 
-static dlt_status cuda_h2d(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
+dlt_status dlt__cuda_memcpy_h2d(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
     /* From pageable memory this returns once the source has been staged, so the caller may
      * reuse its buffer immediately. */
     DLT_CU(ctx, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, dlt__stream(ctx)), "dlt_copy");
     return DLT_OK;
 }
 
-static dlt_status cuda_d2h(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
+dlt_status dlt__cuda_memcpy_d2h(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
     DLT_CU(ctx, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, dlt__stream(ctx)), "dlt_copy");
     DLT_CU(ctx, cudaStreamSynchronize(dlt__stream(ctx)), "dlt_copy");
     return DLT_OK;
 }
 
-static dlt_status cuda_d2d(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
+dlt_status dlt__cuda_memcpy_d2d(dlt_ctx *ctx, void *dst, const void *src, size_t n) {
     DLT_CU(ctx, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, dlt__stream(ctx)), "dlt_copy");
     return DLT_OK;
 }
 
-static dlt_status cuda_memset0(dlt_ctx *ctx, void *dst, size_t n) {
+dlt_status dlt__cuda_memset0(dlt_ctx *ctx, void *dst, size_t n) {
     DLT_CU(ctx, cudaMemsetAsync(dst, 0, n, dlt__stream(ctx)), "dlt_memset");
     return DLT_OK;
 }
 
-static dlt_status cuda_synchronize(dlt_ctx *ctx) {
+dlt_status dlt__cuda_synchronize(dlt_ctx *ctx) {
     DLT_CU(ctx, cudaStreamSynchronize(dlt__stream(ctx)), "dlt_ctx_synchronize");
     return DLT_OK;
 }
@@ -278,7 +206,7 @@ static dlt_status cuda_synchronize(dlt_ctx *ctx) {
  * lives in the device's graph memory, not ours: both are counted, so a graphed step reports
  * what it really uses. (The graph attributes are per device: with several contexts on one
  * device, each sees the others' driver-placed graph memory too.) */
-static dlt_status cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out) {
+dlt_status dlt__cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out) {
     dlt_cuda_state *s = dlt__cu(ctx);
     enum cudaMemPoolAttr attr;
     enum cudaGraphMemAttributeType gattr;
@@ -295,7 +223,7 @@ static dlt_status cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out) {
     return DLT_OK;
 }
 
-static dlt_status cuda_mem_reset_peak(dlt_ctx *ctx) {
+dlt_status dlt__cuda_mem_reset_peak(dlt_ctx *ctx) {
     uint64_t zero = 0; /* the only value the runtime accepts; it restarts from current use */
     DLT_CU(ctx, cudaMemPoolSetAttribute(dlt__cu(ctx)->pool, cudaMemPoolAttrUsedMemHigh, &zero),
            "dlt_memory_reset_peak");
@@ -304,7 +232,7 @@ static dlt_status cuda_mem_reset_peak(dlt_ctx *ctx) {
     return DLT_OK;
 }
 
-static dlt_status cuda_empty_cache(dlt_ctx *ctx) {
+dlt_status dlt__cuda_empty_cache(dlt_ctx *ctx) {
     if (ctx->capturing)
         return dlt__err(DLT_ERR_INVALID_STATE, "dlt_empty_cache", "not allowed during graph capture");
     DLT_CU(ctx, cudaStreamSynchronize(dlt__stream(ctx)), "dlt_empty_cache");
@@ -381,81 +309,3 @@ dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out) {
     *out = s->counters;
     return DLT_OK;
 }
-
-static dlt_status cuda_event_create(dlt_ctx *ctx, void **ev) {
-    cudaEvent_t e = NULL;
-    DLT_CU(ctx, cudaEventCreate(&e), "dlt_event_create");
-    *ev = e;
-    return DLT_OK;
-}
-
-static dlt_status cuda_event_record(dlt_ctx *ctx, void *ev) {
-    DLT_CU(ctx, cudaEventRecord((cudaEvent_t)ev, dlt__stream(ctx)), "dlt_event_record");
-    return DLT_OK;
-}
-
-static dlt_status cuda_event_elapsed(dlt_ctx *ctx, void *start, void *end, double *ms) {
-    float f = 0;
-    DLT_CU(ctx, cudaEventSynchronize((cudaEvent_t)end), "dlt_event_elapsed_ms");
-    DLT_CU(ctx, cudaEventElapsedTime(&f, (cudaEvent_t)start, (cudaEvent_t)end), "dlt_event_elapsed_ms");
-    *ms = f;
-    return DLT_OK;
-}
-
-static void cuda_event_destroy(dlt_ctx *ctx, void *ev) {
-    (void)ctx;
-    if (cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess) (void)cudaGetLastError();
-}
-
-static void cuda_range_push(dlt_ctx *ctx, const char *name) {
-    (void)ctx;
-    nvtxRangePushA(name);
-}
-
-static void cuda_range_pop(dlt_ctx *ctx) {
-    (void)ctx;
-    nvtxRangePop();
-}
-
-static const dlt_backend CUDA_BACKEND = {
-    .name = "cuda",
-    .ctx_init = cuda_ctx_init,
-    .ctx_fini = cuda_ctx_fini,
-    .device_name = cuda_device_name,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .memcpy_h2d = cuda_h2d,
-    .memcpy_d2h = cuda_d2h,
-    .memcpy_d2d = cuda_d2d,
-    .memset0 = cuda_memset0,
-    .synchronize = cuda_synchronize,
-    .wait_plans = dlt__cuda_bn_async_wait,
-    .mem_stat = cuda_mem_stat,
-    .mem_reset_peak = cuda_mem_reset_peak,
-    .empty_cache = cuda_empty_cache,
-    .convert = dlt__cuda_convert,
-    .fill = dlt__cuda_fill,
-    .rand = dlt__cuda_rand,
-    .add = dlt__cuda_add,
-    .accumulate = dlt__cuda_accumulate,
-    .accumulate_multi = dlt__cuda_accumulate_multi,
-    .scale = dlt__cuda_scale,
-    .sum = dlt__cuda_sum,
-    .broadcast_scalar = dlt__cuda_broadcast_scalar,
-    .relu_fwd = dlt__cuda_relu_fwd,
-    .relu_bwd = dlt__cuda_relu_bwd,
-    .range_push = cuda_range_push,
-    .range_pop = cuda_range_pop,
-    .event_create = cuda_event_create,
-    .event_record = cuda_event_record,
-    .event_elapsed = cuda_event_elapsed,
-    .event_destroy = cuda_event_destroy,
-    .capture_trace = dlt__cuda_capture_trace,
-    .capture_begin = dlt__cuda_capture_begin,
-    .capture_end = dlt__cuda_capture_end,
-    .graph_launch = dlt__cuda_graph_launch,
-    .graph_free = dlt__cuda_graph_free,
-    DLT_CUDA_OPS_ENTRIES
-};
-
-const dlt_backend *dlt__cuda_backend(void) { return &CUDA_BACKEND; }

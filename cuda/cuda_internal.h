@@ -50,10 +50,10 @@ typedef struct dlt_cuda_state {
      * them when the context is destroyed */
     dlt_cuda_gemm_cache *gemm;
     void (*gemm_free)(dlt_cuda_gemm_cache *);
-    /* BatchNorm plans built by background threads (batchnorm.cu); bn_async_free stops the
-     * threads, and runs first when the context is destroyed */
-    void *bn_async;
-    void (*bn_async_free)(void *);
+    /* cuDNN plans built by background threads (plan_pool.c, for batchnorm_cudnn.cu);
+     * plan_pool_free stops the threads, and runs first when the context is destroyed */
+    void *plan_pool;
+    void (*plan_pool_free)(void *);
     /* whole-step graphs' memory: the sizing run and the arenas (graph.c); NULL until the
      * first graph */
     struct dlt_graph_mem *gmem;
@@ -62,6 +62,7 @@ typedef struct dlt_cuda_state {
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }
 static inline cudaStream_t dlt__stream(const dlt_ctx *ctx) { return dlt__cu(ctx)->stream; }
 
+/* error.c */
 dlt_status dlt__cuda_fail(dlt_ctx *ctx, cudaError_t e, const char *func, const char *what);
 dlt_status dlt__cublas_fail(dlt_ctx *ctx, cublasStatus_t s, const char *func, const char *what);
 dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, const char *what);
@@ -84,6 +85,29 @@ dlt_status dlt__cudnn_fail(dlt_ctx *ctx, cudnnStatus_t s, const char *func, cons
 /* After a kernel launch: launch errors are reported now, execution faults at the next sync. */
 #define DLT_CU_LAUNCHED(ctx, func) DLT_CU((ctx), cudaGetLastError(), (func))
 
+/* context.c: set-up, memory and synchronisation (entries of the backend table) */
+dlt_status dlt__cuda_ctx_init(dlt_ctx *ctx);
+void dlt__cuda_ctx_fini(dlt_ctx *ctx);
+dlt_status dlt__cuda_device_name(dlt_ctx *ctx, char *buf, size_t n);
+dlt_status dlt__cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr);
+void dlt__cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes);
+dlt_status dlt__cuda_memcpy_h2d(dlt_ctx *ctx, void *dst, const void *src, size_t n);
+dlt_status dlt__cuda_memcpy_d2h(dlt_ctx *ctx, void *dst, const void *src, size_t n);
+dlt_status dlt__cuda_memcpy_d2d(dlt_ctx *ctx, void *dst, const void *src, size_t n);
+dlt_status dlt__cuda_memset0(dlt_ctx *ctx, void *dst, size_t n);
+dlt_status dlt__cuda_synchronize(dlt_ctx *ctx);
+dlt_status dlt__cuda_mem_stat(dlt_ctx *ctx, int32_t which, uint64_t *out);
+dlt_status dlt__cuda_mem_reset_peak(dlt_ctx *ctx);
+dlt_status dlt__cuda_empty_cache(dlt_ctx *ctx);
+
+/* event.c: timing events and profiler ranges */
+dlt_status dlt__cuda_event_create(dlt_ctx *ctx, void **ev);
+dlt_status dlt__cuda_event_record(dlt_ctx *ctx, void *ev);
+dlt_status dlt__cuda_event_elapsed(dlt_ctx *ctx, void *start, void *end, double *ms);
+void dlt__cuda_event_destroy(dlt_ctx *ctx, void *ev);
+void dlt__cuda_range_push(dlt_ctx *ctx, const char *name);
+void dlt__cuda_range_pop(dlt_ctx *ctx);
+
 /* Makes sure the shared workspace holds at least n bytes. Growing is not allowed during
  * graph capture (the pointer must stay fixed): callers size it in warm-up. */
 dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
@@ -91,8 +115,16 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
 /* At least n zeroed ints for arrival counters; every kernel using them leaves them zero. */
 dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);
 
-/* batchnorm.cu: blocks until no BatchNorm plan is being built in the background */
-void dlt__cuda_bn_async_wait(dlt_ctx *ctx);
+/* plan_pool.c: blocks until no plan is being built in the background (wait_plans) */
+void dlt__cuda_plans_wait(dlt_ctx *ctx);
+
+/* device.c: the device_* and bench_* entries */
+int32_t dlt__cuda_device_count(void);
+dlt_status dlt__cuda_device_query(int32_t index, const char *func, dlt_device_props *out);
+dlt_status dlt__cuda_device_pci_bus_id(int32_t index, char *buf, size_t n);
+dlt_status dlt__cuda_bench_copy(dlt_ctx *ctx, size_t bytes, double *gbytes_per_s);
+dlt_status dlt__cuda_bench_gemm(dlt_ctx *ctx, int32_t kind, int64_t m, int64_t n, int64_t k,
+                                double *tflops);
 
 /* graph.c */
 void dlt__cuda_capture_trace(dlt_ctx *ctx, int32_t on);
@@ -122,8 +154,13 @@ dlt_status dlt__cuda_scale(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, con
                            double alpha);
 dlt_status dlt__cuda_sum(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double alpha);
 dlt_status dlt__cuda_broadcast_scalar(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, double alpha);
+/* relu.cu */
 dlt_status dlt__cuda_relu_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x);
 dlt_status dlt__cuda_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y);
+/* dx = dy where y > 0, else 0 (NaN in y passes dy), over n elements of dtype in memory order:
+ * the ReLU backward on raw pointers (BatchNorm's unfused cuDNN path uses it too). */
+dlt_status dlt__cuda_relu_mask(dlt_ctx *ctx, int32_t dtype, void *dx, const void *dy, const void *y,
+                               int64_t n, const char *func);
 
 #ifdef __cplusplus
 }

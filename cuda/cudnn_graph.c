@@ -44,19 +44,6 @@ struct dlt_cuda_plan_cache {
 /* ---------------------------------------------------------------------------------------
  * Settings and the cache
  * ------------------------------------------------------------------------------------- */
-static int32_t impl_from_env(const char *name) {
-    const char *v = getenv(name);
-    if (!v) return DLT_IMPL_AUTO;
-    if (strcmp(v, "cudnn") == 0) return DLT_IMPL_CUDNN;
-    if (strcmp(v, "native") == 0) return DLT_IMPL_NATIVE;
-    return DLT_IMPL_AUTO;
-}
-
-static int32_t flag_from_env(const char *name) {
-    const char *v = getenv(name);
-    return v && strcmp(v, "1") == 0;
-}
-
 void dlt__cudnn_plan_release(dlt_cudnn_plan *p) {
     if (!p) return;
     if (p->vpack) cudnnBackendDestroyDescriptor(p->vpack);
@@ -98,19 +85,20 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
             return dlt__err(DLT_ERR_OUT_OF_MEMORY, "dlt_cudnn", "cannot allocate the plan cache");
         }
         c->stream = s->stream;
-        c->settings.conv_impl = impl_from_env("DLT_CONV_IMPL");
-        c->settings.bn_impl = impl_from_env("DLT_BN_IMPL");
-        c->settings.autotune = flag_from_env("DLT_CUDNN_AUTOTUNE");
+        /* the context's environment (lib/core/env.c), read when it was created */
+        const int64_t *env = ctx->env.v;
+        c->settings.conv_impl = (int32_t)env[DLT__ENV_CONV_IMPL];
+        c->settings.bn_impl = (int32_t)env[DLT__ENV_BN_IMPL];
+        c->settings.autotune = (int32_t)env[DLT__ENV_CUDNN_AUTOTUNE];
         /* cuDNN updates the running statistics in its BN graph (unbiased variance, checked
          * against PyTorch on the H200 by tests/cuda_conv_bn.c): one kernel less per BN.
          * DLT_BN_CUDNN_RUNNING_STATS=0 uses our kernel instead. */
-        {
-            const char *v = getenv("DLT_BN_CUDNN_RUNNING_STATS");
-            c->settings.bn_cudnn_running = !(v && strcmp(v, "0") == 0);
-        }
-        c->settings.bn_native_max = dlt__env_count("DLT_BN_NATIVE_MAX", DLT_BN_NATIVE_MAX_DEFAULT);
-        c->settings.bn_native_max_bwd = dlt__env_count("DLT_BN_NATIVE_MAX_BWD", c->settings.bn_native_max);
-        c->settings.workspace_max = dlt__env_count("DLT_WORKSPACE_MAX", DLT_WORKSPACE_MAX_DEFAULT);
+        c->settings.bn_cudnn_running = (int32_t)env[DLT__ENV_BN_CUDNN_RUNNING_STATS];
+        c->settings.bn_native_max = env[DLT__ENV_BN_NATIVE_MAX];
+        c->settings.bn_native_max_bwd = env[DLT__ENV_BN_NATIVE_MAX_BWD];
+        c->settings.workspace_max = env[DLT__ENV_WORKSPACE_MAX];
+        c->settings.bn_async_plans = (int32_t)env[DLT__ENV_BN_ASYNC_PLANS];
+        c->settings.bn_plan_threads = (int32_t)env[DLT__ENV_BN_PLAN_THREADS];
         s->plans = c;
         s->plans_free = cache_free;
     }

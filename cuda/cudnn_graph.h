@@ -25,11 +25,13 @@
  * engine config) stays alive as long as the plan: the backend API does not document that a
  * finalized plan is independent of them.
  *
- * Settings read from the environment once per context, when its cache is created (first
- * conv/BN call): DLT_CONV_IMPL and DLT_BN_IMPL = cudnn | native (unset: cuDNN when a plan
- * finalizes, our kernels otherwise; "cudnn" turns a missing plan into an error),
- * DLT_CUDNN_AUTOTUNE=1 (time all usable configs once per shape), DLT_BN_CUDNN_RUNNING_STATS=1
- * (let cuDNN's BN graph update the running statistics instead of our kernel).
+ * Settings come from the context's environment (lib/core/env.c: read once, when the
+ * context is created; docs/environment.md): DLT_CONV_IMPL and DLT_BN_IMPL = cudnn | native
+ * (unset: cuDNN when a plan finalizes, our kernels otherwise; "cudnn" turns a missing plan
+ * into an error), DLT_CUDNN_AUTOTUNE=1 (time all usable configs once per shape),
+ * DLT_BN_CUDNN_RUNNING_STATS (unset: cuDNN's BN graph updates the running statistics; 0: our
+ * kernel does, from cuDNN's saved statistics), the BatchNorm thresholds and background
+ * builds, DLT_WORKSPACE_MAX.
  */
 #ifndef DLT_CUDNN_GRAPH_H
 #define DLT_CUDNN_GRAPH_H
@@ -44,19 +46,13 @@ extern "C" {
 #define DLT_CUDNN_MAX_UIDS 16
 #define DLT_CUDNN_MAX_OWNED 64
 
-/* ---- settings ---- */
-#define DLT_IMPL_AUTO 0
-#define DLT_IMPL_CUDNN 1
-#define DLT_IMPL_NATIVE 2
-
-#define DLT_BN_NATIVE_MAX_DEFAULT ((int64_t)1 << 22)
-#define DLT_WORKSPACE_MAX_DEFAULT INT64_MAX
-
+/* ---- settings (DLT_IMPL_*: lib/core/env.h) ---- */
 typedef struct dlt_cudnn_settings {
     int32_t conv_impl;        /* DLT_IMPL_* from DLT_CONV_IMPL */
     int32_t bn_impl;          /* DLT_IMPL_* from DLT_BN_IMPL */
     int32_t autotune;         /* DLT_CUDNN_AUTOTUNE=1 */
-    int32_t bn_cudnn_running; /* DLT_BN_CUDNN_RUNNING_STATS=1 */
+    int32_t bn_cudnn_running; /* cuDNN's BN graph updates the running statistics (the
+                               * default; DLT_BN_CUDNN_RUNNING_STATS=0: our kernel does) */
     /* auto: channels-last BN with at most this many elements runs our single-pass kernels,
      * larger ones cuDNN (DLT_BN_NATIVE_MAX; batchnorm.cu says why) */
     int64_t bn_native_max;
@@ -64,6 +60,8 @@ typedef struct dlt_cudnn_settings {
     /* engines (cuDNN) and algorithms (cuBLASLt) needing more workspace are passed over when
      * another one exists (DLT_WORKSPACE_MAX, bytes) */
     int64_t workspace_max;
+    int32_t bn_async_plans;   /* BN plans built in the background (DLT_BN_ASYNC_PLANS) */
+    int32_t bn_plan_threads;  /* their threads (DLT_BN_PLAN_THREADS, 1-16) */
 } dlt_cudnn_settings;
 
 /* The context's settings (creates the plan cache on first use). */

@@ -25,7 +25,7 @@
  * from the stream-ordered pool and go back to it right after the launch (no sync).
  *
  * The per-sample math (draws, source byte, ToTensor/Normalize, token offsets) is in
- * lib/data/data_internal.h, shared with lib/cpu/data.c: the same bits on both backends.
+ * lib/kernel/data.h, shared with lib/cpu/data.c: the same bits on both backends.
  * The generic-record and token kernels are compile-checked only so far (no GPU in the
  * session that wrote them); tests/cuda_data.c compares them with the CPU.
  */
@@ -33,7 +33,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-#include "../lib/data/data_internal.h"
+#include "../lib/kernel/data.h"
 #include "common.cuh"
 #include "ops_cuda.h"
 

@@ -1,7 +1,8 @@
 /*
  * device.c - the CUDA side of the hardware reports: device properties through the runtime,
  * library versions, and two micro-benchmarks (device-to-device copy bandwidth and cuBLAS
- * GEMM throughput). lib/device/info.c validates arguments and derives the table values.
+ * GEMM throughput): the backend table's device_* and bench_* entries. lib/device/info.c
+ * validates arguments and derives the table values.
  *
  * CUDA 13 removed cudaDeviceProp.memoryClockRate and .clockRate (memoryBusWidth and
  * l2CacheSize remain); every clock and the bus width are read with cudaDeviceGetAttribute
@@ -19,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/device/device_internal.h"
 #include "cuda_internal.h"
 
 #define BENCH_WARMUP_COPY 3
@@ -29,7 +29,17 @@
 /* ---------------------------------------------------------------------------------------
  * Device properties
  * ------------------------------------------------------------------------------------- */
-dlt_status dlt__device_pci_bus_id(int32_t index, char *buf, size_t n) {
+int32_t dlt__cuda_device_count(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+dlt_status dlt__cuda_device_pci_bus_id(int32_t index, char *buf, size_t n) {
     if (buf && n > 0) buf[0] = '\0';
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || index < 0 || index >= count || n < 13) {
@@ -44,7 +54,7 @@ dlt_status dlt__device_pci_bus_id(int32_t index, char *buf, size_t n) {
     return DLT_OK;
 }
 
-dlt_status dlt__device_query(int32_t index, const char *func, dlt_device_props *out) {
+dlt_status dlt__cuda_device_query(int32_t index, const char *func, dlt_device_props *out) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {

@@ -1,12 +1,12 @@
 /*
  * dropout.cu - CUDA dropout (lib/ops/dropout.c): element i kept when the Philox uniform of
- * (seed, offset + *rng_base, i) is >= p, then scaled by 1/(1-p). lib/core/philox.h is the
+ * (seed, offset + *rng_base, i) is >= p, then scaled by 1/(1-p). lib/kernel/philox.h is the
  * same code the CPU backend runs, so a seed gives the same mask on both. The base is read
  * on the device (a replayed graph sees the value its previous replay left); rng_advance adds
  * to it, as the last node of a captured step. Compile-checked; first run on a GPU is the
  * next session's.
  */
-#include "../lib/core/philox.h"
+#include "../lib/kernel/philox.h"
 #include "nd.cuh"
 #include "ops_cuda.h"
 

@@ -1,12 +1,12 @@
 /*
  * elementwise.cu - CUDA conversions (dtype and memory format), fills, Philox random fills,
- * add, accumulate, scaling, full sums and ReLU. Each kernel is a grid-stride loop in fp32
+ * add, accumulate, scaling and full sums (ReLU: relu.cu). Each kernel is a grid-stride loop in fp32
  * math, templated on the storage types and dispatched at run time; one .so serves every
- * precision. Random fills use lib/core/philox.h, the same code as the CPU backend.
+ * precision. Random fills use lib/kernel/philox.h, the same code as the CPU backend.
  */
 #include <type_traits>
 
-#include "../lib/core/philox.h"
+#include "../lib/kernel/philox.h"
 #include "common.cuh"
 
 using namespace dlt;
@@ -104,17 +104,6 @@ template <typename D, typename S>
 __global__ void broadcast_kernel(D *dx, const S *dy, int64_t n, double alpha) {
     float v = (float)(to_f<S>(dy[0]) * alpha);
     DLT_GRID_STRIDE(i, n) dx[i] = from_f<D>(v);
-}
-
-template <typename T> __global__ void relu_fwd_kernel(T *y, const T *x, int64_t n) {
-    DLT_GRID_STRIDE(i, n) {
-        float v = to_f<T>(x[i]);
-        y[i] = from_f<T>((v > 0.0f || v != v) ? v : 0.0f);
-    }
-}
-
-template <typename T> __global__ void relu_bwd_kernel(T *dx, const T *dy, const T *y, int64_t n) {
-    DLT_GRID_STRIDE(i, n) dx[i] = to_f<T>(y[i]) <= 0.0f ? from_f<T>(0.0f) : dy[i];
 }
 
 /* Multi-tensor accumulate: up to MT_MAX (dst, src) pairs per launch, passed by value. Each
@@ -330,23 +319,6 @@ dlt_status dlt__cuda_broadcast_scalar(dlt_ctx *ctx, dlt_tensor *dx, const dlt_te
         broadcast_kernel<D, S><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((D *)dlt__data(dx),
                                                                                (const S *)dlt__data(dy), n, alpha)));
     DLT_CU_LAUNCHED(ctx, "dlt_broadcast");
-    return DLT_OK;
-}
-
-dlt_status dlt__cuda_relu_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x) {
-    int64_t n = x->numel;
-    DLT_DISPATCH_FLOAT(x->dtype, T,
-        relu_fwd_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(y), (const T *)dlt__data(x), n));
-    DLT_CU_LAUNCHED(ctx, "dlt_relu");
-    return DLT_OK;
-}
-
-dlt_status dlt__cuda_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y) {
-    int64_t n = dx->numel;
-    DLT_DISPATCH_FLOAT(dx->dtype, T,
-        relu_bwd_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(dx), (const T *)dlt__data(dy),
-                                                                           (const T *)dlt__data(y), n));
-    DLT_CU_LAUNCHED(ctx, "dlt_relu_backward");
     return DLT_OK;
 }
 

@@ -53,7 +53,7 @@ static struct dlt_graph_mem *gmem_get(dlt_ctx *ctx) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (!s->gmem) {
         s->gmem = calloc(1, sizeof *s->gmem);
-        if (s->gmem) s->gmem->enabled = dlt__env_count("DLT_GRAPH_ARENA", 1) != 0;
+        if (s->gmem) s->gmem->enabled = ctx->env.v[DLT__ENV_GRAPH_ARENA] != 0;
     }
     return s->gmem;
 }

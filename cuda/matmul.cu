@@ -1,5 +1,5 @@
 /*
- * matmul.cu - the batched GEMM entry (lib/core/nd.h dlt_gemm_batch) on cuBLAS's
+ * matmul.cu - the batched GEMM entry (lib/kernel/nd.h dlt_gemm_batch) on cuBLAS's
  * cublasGemmStridedBatchedEx: fp32 accumulation (CUBLAS_COMPUTE_32F, or the TF32 fast
  * mode for fp32 tensors when the context allows it), f32/f16/bf16 operands.
  *

@@ -1,5 +1,5 @@
 /*
- * nd.cuh - device side of lib/core/nd.h: the element offset of a linear index through an
+ * nd.cuh - device side of lib/kernel/nd.h: the element offset of a linear index through an
  * operand map, with 32-bit division when the space allows (64-bit division is slow), and
  * fp32 load/store for any float dtype chosen at run time (the binary ops mix dtypes).
  */

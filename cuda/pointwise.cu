@@ -1,67 +1,16 @@
 /*
  * pointwise.cu - CUDA kernels of the unary ops and activations (lib/ops/pointwise.c) and
- * their derivatives: the formulas of lib/cpu/math_ref.h in fp32 (erff, tanhf, expf,
- * log1pf), elementwise over flat memory. Compile-checked; first run on a GPU is the next
+ * their derivatives: the fp32 formulas of lib/kernel/unary.h (dlt__un_f32, dlt__un_df32),
+ * elementwise over flat memory. Compile-checked; first run on a GPU is the next
  * session's.
  */
+#include "../lib/kernel/unary.h"
 #include "nd.cuh"
 #include "ops_cuda.h"
 
 using namespace dlt;
 
 namespace {
-
-__device__ __forceinline__ float un_f(int op, float x, float a) {
-    switch (op) {
-    case DLT_UN_NEG: return -x;
-    case DLT_UN_EXP: return expf(x);
-    case DLT_UN_LOG: return logf(x);
-    case DLT_UN_SQRT: return sqrtf(x);
-    case DLT_UN_RSQRT: return rsqrtf(x);
-    case DLT_UN_ABS: return fabsf(x);
-    case DLT_UN_POW: return powf(x, a);
-    case DLT_UN_ADD_SCALAR: return x + a;
-    case DLT_UN_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
-    case DLT_UN_GELU_TANH: {
-        const float k = 0.79788456080286535588f;
-        return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-    }
-    case DLT_UN_SILU: return x / (1.0f + expf(-x));
-    case DLT_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case DLT_UN_TANH: return tanhf(x);
-    default: return x > 20.0f ? x : log1pf(expf(x)); /* softplus */
-    }
-}
-
-__device__ __forceinline__ float un_df(int op, float du, float x, float y, float a) {
-    switch (op) {
-    case DLT_UN_NEG: return -du;
-    case DLT_UN_EXP: return du * y;
-    case DLT_UN_LOG: return du / x;
-    case DLT_UN_SQRT: return du / (2.0f * y);
-    case DLT_UN_RSQRT: return -0.5f * du * y * y * y;
-    case DLT_UN_ABS: return x > 0.0f ? du : x < 0.0f ? -du : 0.0f * du;
-    case DLT_UN_POW: return a == 0.0f ? 0.0f : du * a * powf(x, a - 1.0f);
-    case DLT_UN_ADD_SCALAR: return du;
-    case DLT_UN_GELU: {
-        const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
-        const float pdf = expf(-0.5f * x * x) * 0.39894228040143267794f;
-        return du * (cdf + x * pdf);
-    }
-    case DLT_UN_GELU_TANH: {
-        const float k = 0.79788456080286535588f, c = 0.044715f;
-        const float t = tanhf(k * (x + c * x * x * x));
-        return du * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x));
-    }
-    case DLT_UN_SILU: {
-        const float s = 1.0f / (1.0f + expf(-x));
-        return du * s * (1.0f + x * (1.0f - s));
-    }
-    case DLT_UN_SIGMOID: return du * y * (1.0f - y);
-    case DLT_UN_TANH: return du * (1.0f - y * y);
-    default: return x > 20.0f ? du : du / (1.0f + expf(-x)); /* softplus */
-    }
-}
 
 /* integers: neg, abs, add a whole number (the front door sends nothing else), wrapping */
 template <typename T> __global__ void unary_int_kernel(T *y, const T *x, int64_t n, int op, int64_t k) {
@@ -73,14 +22,14 @@ template <typename T> __global__ void unary_int_kernel(T *y, const T *x, int64_t
 }
 
 template <typename T> __global__ void unary_kernel(T *y, const T *x, int64_t n, int op, float a) {
-    DLT_GRID_STRIDE(i, n) y[i] = from_f<T>(un_f(op, to_f<T>(x[i]), a));
+    DLT_GRID_STRIDE(i, n) y[i] = from_f<T>(dlt__un_f32(op, to_f<T>(x[i]), a));
 }
 
 template <typename T>
 __global__ void unary_bwd_kernel(T *dx, const T *dy, const T *x, const T *y, int64_t n, int op, float a) {
     DLT_GRID_STRIDE(i, n) {
         const float xv = x ? to_f<T>(x[i]) : 0.0f, yv = y ? to_f<T>(y[i]) : 0.0f;
-        dx[i] = from_f<T>(un_df(op, to_f<T>(dy[i]), xv, yv, a));
+        dx[i] = from_f<T>(dlt__un_df32(op, to_f<T>(dy[i]), xv, yv, a));
     }
 }
 

@@ -328,7 +328,8 @@ int main(int argc, char **argv) {
     char name[256] = "cpu";
     dlt_ctx *probe = NULL;
     if (dlt_ctx_create(device, 0, DLT_ABI_VERSION, &probe) == DLT_OK) {
-        (void)dlt_ctx_device_name(probe, name, sizeof name);
+        if (dlt_ctx_device_name(probe, name, sizeof name) != DLT_OK) /* the label stays "cpu" */
+            fprintf(stderr, "bench: %s\n", dlt_last_error());
         dlt_ctx_destroy(probe);
     }
     printf("# libdltrain %s bench on %s: resnet50 (%lld classes), 32x32, SGD lr 0.01; median of %d blocks "
@@ -371,7 +372,7 @@ int main(int argc, char **argv) {
                     fflush(stdout);
                 }
     if (rec) {
-        if (mon) (void)dlt_gpu_monitor_stop(mon);
+        if (mon && dlt_gpu_monitor_stop(mon) != DLT_OK) fprintf(stderr, "bench: %s\n", dlt_last_error());
         cJSON *dev = run_record_add_device(rec, device, 0);
         run_record_device_monitor(rec, dev, mon);
         cJSON *w = run_record_workload(rec);

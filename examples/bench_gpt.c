@@ -237,7 +237,8 @@ int main(int argc, char **argv) {
     const char *gemm_src = peak_tflops > 0 ? "--peak-tflops" : "none";
     dlt_ctx *probe = NULL;
     if (dlt_ctx_create(device, 0, DLT_ABI_VERSION, &probe) == DLT_OK) {
-        (void)dlt_ctx_device_name(probe, name, sizeof name);
+        if (dlt_ctx_device_name(probe, name, sizeof name) != DLT_OK) /* the label stays "cpu" */
+            fprintf(stderr, "bench_gpt: %s\n", dlt_last_error());
         if (peak_tflops <= 0 && device == DLT_DEVICE_CUDA &&
             dlt_bench_gemm(probe, DLT_GEMM_BF16, 8192, 8192, 8192, &peak_tflops) == DLT_OK)
             gemm_src = "dlt_bench_gemm bf16 8192^3";
@@ -324,7 +325,7 @@ int main(int argc, char **argv) {
                 fflush(stdout);
             }
     if (rec) {
-        if (mon) (void)dlt_gpu_monitor_stop(mon);
+        if (mon && dlt_gpu_monitor_stop(mon) != DLT_OK) fprintf(stderr, "bench_gpt: %s\n", dlt_last_error());
         cJSON *dev = run_record_add_device(rec, device, 0);
         run_record_device_monitor(rec, dev, mon);
         cJSON *w = run_record_workload(rec);

@@ -66,7 +66,8 @@ static void measure(report *r, int quick) {
             r->gemm_tflops[k] = -1;
         }
     }
-    if (r->mon) (void)dlt_gpu_monitor_stop(r->mon);
+    if (r->mon && dlt_gpu_monitor_stop(r->mon) != DLT_OK)
+        fprintf(stderr, "gpu_report: GPU %d monitor: %s\n", r->index, dlt_last_error());
     dlt_ctx_destroy(ctx);
 }
 

@@ -41,7 +41,8 @@ void report_monitor_start(report_run *r, int32_t device_index) {
 }
 
 void report_monitor_stop(report_run *r) {
-    if (r->monitor) (void)dlt_gpu_monitor_stop((dlt_gpu_monitor *)r->monitor);
+    if (r->monitor && dlt_gpu_monitor_stop((dlt_gpu_monitor *)r->monitor) != DLT_OK)
+        fprintf(stderr, "monitor: %s\n", dlt_last_error());
 }
 
 void report_progress_label(report_run *r, const char *what, int64_t done, int64_t total) {

@@ -69,8 +69,9 @@ static void gpu_begin(const char *group, const char *conv_impl, const char *bn_i
      * cudnn-running group, our kernel from cuDNN's saved statistics in the others */
     setenv("DLT_BN_CUDNN_RUNNING_STATS", cudnn_running ? "1" : "0", 1);
     /* plans are built in the calling thread, so every case runs the implementation its group
-     * names from its first call; the async group turns background building back on */
-    setenv("DLT_BN_ASYNC_PLANS", "0", 1);
+     * names from its first call; the async group keeps background building on (the context
+     * reads its environment when it is created, below) */
+    setenv("DLT_BN_ASYNC_PLANS", strcmp(group, "async") == 0 ? "1" : "0", 1);
     /* auto mode sends small channels-last BNs to our single-pass kernels: every group here
      * tests the implementation it names (DLT_BN_IMPL=native runs the single-pass ones) */
     setenv("DLT_BN_NATIVE_MAX", "0", 1);
@@ -594,7 +595,6 @@ int main(void) {
     t0 = now_s();
     if (th_group_on("async")) {
         gpu_begin("async", NULL, NULL, 0, 0);
-        setenv("DLT_BN_ASYNC_PLANS", "1", 1);
         th_run(test_async_64ch, "async: BN f16 NHWC 64ch residual relu, our kernels until cuDNN's plans arrive");
         th_run(test_async_8x8, "async: BN f16 NHWC 8x8, our kernels until cuDNN's plans arrive");
         th_run(test_async_1x1, "async: BN f16 NHWC 1x1 map relu, our kernels until cuDNN's plans arrive");

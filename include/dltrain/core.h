@@ -147,7 +147,7 @@ typedef struct dlt_ctx dlt_ctx;
 
 /** Number of CUDA devices visible. Writes 0 (and returns DLT_OK) when the build has no CUDA
  *  support, or when no driver or device is present. */
-DLT_API dlt_status dlt_cuda_device_count(int32_t *out);
+DLT_API DLT_NODISCARD dlt_status dlt_cuda_device_count(int32_t *out);
 
 /**
  * Creates a context.
@@ -173,14 +173,14 @@ DLT_API int32_t dlt_ctx_device_type(const dlt_ctx *ctx);
 /** CUDA ordinal, 0 for the CPU (-1 for NULL). */
 DLT_API int32_t dlt_ctx_device_index(const dlt_ctx *ctx);
 /** Writes the device name ("cpu", "NVIDIA H200") NUL-terminated into buf. */
-DLT_API dlt_status dlt_ctx_device_name(const dlt_ctx *ctx, char *buf, size_t n);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_device_name(const dlt_ctx *ctx, char *buf, size_t n);
 
 /** Blocks until all work queued on the context is done. This is where asynchronous device
  *  faults surface: after one, the context is poisoned and every later call on it returns
  *  DLT_ERR_CONTEXT_POISONED. */
-DLT_API dlt_status dlt_ctx_synchronize(dlt_ctx *ctx);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_synchronize(dlt_ctx *ctx);
 /** DLT_OK, or the status that poisoned the context (its message is set again). */
-DLT_API dlt_status dlt_ctx_check(dlt_ctx *ctx);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_check(dlt_ctx *ctx);
 /** Blocks until no execution plan is being built in the background for the context. On
  *  CUDA, cuDNN compiles BatchNorm kernels at run time (seconds for a whole ResNet50); the
  *  first calls of a new BatchNorm shape run libdltrain's own kernels while worker threads
@@ -188,13 +188,13 @@ DLT_API dlt_status dlt_ctx_check(dlt_ctx *ctx);
  *  Benchmarks call this after warm-up so the timed steps run the plans they will keep.
  *  Builds stay in the calling thread in deterministic mode and while dlt_graph_create
  *  prepares or captures a step. A no-op on the CPU. */
-DLT_API dlt_status dlt_ctx_wait_plans(dlt_ctx *ctx);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_wait_plans(dlt_ctx *ctx);
 
 /** Sets the seed of the context's counter-based (Philox) generator and resets its offset.
  *  The same seed gives the same random tensors on the CPU and on CUDA. */
-DLT_API dlt_status dlt_ctx_set_seed(dlt_ctx *ctx, uint64_t seed);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_seed(dlt_ctx *ctx, uint64_t seed);
 /** Reads the seed and the offset (how many counters were consumed). Either may be NULL. */
-DLT_API dlt_status dlt_ctx_get_seed(const dlt_ctx *ctx, uint64_t *seed, uint64_t *offset);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_get_seed(const dlt_ctx *ctx, uint64_t *seed, uint64_t *offset);
 /* ---- gptex (issue 17): the generator's whole state, for checkpoints that resume exactly ---- */
 /** The generator's state as a resumed run needs it (torch.cuda.get_rng_state's counterpart):
  *  the seed and the offset the next random op or graph replay starts from (eager calls and
@@ -210,9 +210,9 @@ DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_rng_state(dlt_ctx *ctx, uint64_t se
 
 /** 1: only deterministic algorithms (cuDNN engines without the non-determinism note, no
  *  atomics in our reductions). Default 0. */
-DLT_API dlt_status dlt_ctx_set_deterministic(dlt_ctx *ctx, int32_t on);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_deterministic(dlt_ctx *ctx, int32_t on);
 /** 1: fp32 convolutions and GEMMs may use TF32 tensor cores. Default 0 (exact fp32). */
-DLT_API dlt_status dlt_ctx_set_allow_tf32(dlt_ctx *ctx, int32_t on);
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_allow_tf32(dlt_ctx *ctx, int32_t on);
 
 /** Threads of the CPU backend's parallel loops, process-wide (torch.set_num_threads): n >= 1,
  *  or 0 for the default (OMP_NUM_THREADS, else the cores). OpenBLAS, when the process has
@@ -235,12 +235,12 @@ DLT_API int32_t dlt_get_num_threads(void);
 
 /** Reads one memory statistic of the context (DLT_MEM_*). On CUDA these are the context's
  *  stream-ordered memory pool statistics; the values include allocations still queued. */
-DLT_API dlt_status dlt_memory_stat(dlt_ctx *ctx, int32_t which, uint64_t *out);
+DLT_API DLT_NODISCARD dlt_status dlt_memory_stat(dlt_ctx *ctx, int32_t which, uint64_t *out);
 /** Sets the peak statistic to the current allocation. */
-DLT_API dlt_status dlt_memory_reset_peak(dlt_ctx *ctx);
+DLT_API DLT_NODISCARD dlt_status dlt_memory_reset_peak(dlt_ctx *ctx);
 /** Returns the allocator's unused cached memory to the system (CUDA: trims the pool after
  *  waiting for the stream). No numeric effect; later allocations may be slower. */
-DLT_API dlt_status dlt_empty_cache(dlt_ctx *ctx);
+DLT_API DLT_NODISCARD dlt_status dlt_empty_cache(dlt_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------
  * Timing: events mark points in a context's queue of work (CUDA events on the GPU, the host
@@ -271,16 +271,16 @@ DLT_API DLT_NODISCARD dlt_status dlt_range_pop(dlt_ctx *ctx);
 /** Makes the n-th allocation from now on (1 = the next) fail with an out-of-memory status;
  *  n <= 0 switches injection off. Counts tensor, workspace and host-side object allocations
  *  made on behalf of this context. */
-DLT_API dlt_status dlt_testing_fail_alloc(dlt_ctx *ctx, int64_t n);
+DLT_API DLT_NODISCARD dlt_status dlt_testing_fail_alloc(dlt_ctx *ctx, int64_t n);
 /** Number of allocations made on behalf of this context since creation. */
-DLT_API dlt_status dlt_testing_alloc_count(dlt_ctx *ctx, int64_t *out);
+DLT_API DLT_NODISCARD dlt_status dlt_testing_alloc_count(dlt_ctx *ctx, int64_t *out);
 /** Makes the n-th file operation of a save from now on fail (1 = the next); n <= 0 switches
  *  injection off. Counted, in order, for every file the library writes (checkpoints,
  *  safetensors): each write() of file data (the failing one first writes half its bytes, as
  *  a filling disk does, then reports ENOSPC), the fsync (EIO), the close (EIO) and the
  *  rename over the destination (EIO). Process-wide, not per context; one failure per
  *  arming. */
-DLT_API dlt_status dlt_testing_fail_write(int64_t n);
+DLT_API DLT_NODISCARD dlt_status dlt_testing_fail_write(int64_t n);
 
 #ifdef __cplusplus
 }

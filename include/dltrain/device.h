@@ -237,7 +237,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_gpu_monitor_start(int32_t device_index, int
 /** Stops sampling and joins the thread (waits at most for one NVML read in progress); the
  *  summaries stay readable until destroy. Stopping a stopped or unavailable monitor is a
  *  no-op returning DLT_OK. @return DLT_OK or DLT_ERR_NULL_POINTER. */
-DLT_API dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon);
+DLT_API DLT_NODISCARD dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon);
 /** Stops the monitor if it runs, unloads NVML and frees everything. NULL is a no-op. */
 DLT_API void dlt_gpu_monitor_destroy(dlt_gpu_monitor *mon);
 

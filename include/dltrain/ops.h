@@ -169,6 +169,12 @@ DLT_API DLT_NODISCARD dlt_status dlt_sigmoid(dlt_tensor *x, dlt_tensor **out);
 DLT_API DLT_NODISCARD dlt_status dlt_tanh(dlt_tensor *x, dlt_tensor **out);
 /** softplus log(1 + exp(x)) (beta 1; computed stably for large |x|) */
 DLT_API DLT_NODISCARD dlt_status dlt_softplus(dlt_tensor *x, dlt_tensor **out);
+/** LeakyReLU (torch.nn.functional.leaky_relu): x where x > 0, else negative_slope * x
+ *  (PyTorch's default slope is 0.01). The gradient is 1 where x > 0, else negative_slope
+ *  (at 0 too, as PyTorch). Runs in the input's dtype; an integer input is promoted to f32
+ *  as for the other activations. *out is owned by the caller.
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (x, out); a device error. */
+DLT_API DLT_NODISCARD dlt_status dlt_leaky_relu(dlt_tensor *x, double negative_slope, dlt_tensor **out);
 
 /* ---------------------------------------------------------------------------------------
  * Reductions over chosen dimensions. dims: distinct dimensions, negative counting from the

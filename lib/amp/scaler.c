@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../optim/optim_internal.h"
+#include "../optim/optim_grads.h"
 
 #define DLT_SCALER_MAX_OPT 32
 
@@ -173,7 +173,7 @@ static dlt_status unscale_rec(dlt_grad_scaler *s, dlt_optimizer *opt, scaler_rec
     dlt_ctx *ctx = s->ctx;
     DLT_CHECK(dlt__ctx_ok(ctx, func));
     if (!ctx->be->amp_unscale) return dlt__be_missing(ctx, func, "amp_unscale");
-    dlt_tensor **grads = NULL; /* the optimizer's list (optim_internal.h), each gradient once */
+    dlt_tensor **grads = NULL; /* the optimizer's list (optim_grads.h), each gradient once */
     int32_t k = 0;
     dlt__optimizer_grads(opt, &grads, &k);
     for (int32_t i = 0; i < k; i++)

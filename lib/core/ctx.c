@@ -11,7 +11,8 @@ int32_t dlt_built_with_cuda(void) { return dlt__cuda_backend() != NULL; }
 
 dlt_status dlt_cuda_device_count(int32_t *out) {
     DLT_NULL_CHECK(out, "dlt_cuda_device_count");
-    *out = dlt__cuda_backend() ? dlt__cuda_device_count() : 0;
+    const dlt_backend *cu = dlt__cuda_backend();
+    *out = cu && cu->device_count ? cu->device_count() : 0;
     return DLT_OK;
 }
 
@@ -43,6 +44,7 @@ dlt_status dlt_ctx_create(int32_t device_type, int32_t device_index, uint32_t ab
     }
     dlt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the context");
+    dlt__env_read(&ctx->env); /* every variable of lib/core/env.c, once */
     ctx->device_type = device_type;
     ctx->device_index = device_type == DLT_DEVICE_CPU ? 0 : device_index;
     ctx->be = be;

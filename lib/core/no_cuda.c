@@ -1,8 +1,7 @@
 /*
- * no_cuda.c - stands in for cuda/ in builds without CUDA: there is no CUDA backend and no
- * device is ever visible.
+ * no_cuda.c - stands in for cuda/ in builds without CUDA: there is no CUDA backend, so no
+ * device is ever visible (lib/ reaches CUDA through dlt__cuda_backend() alone).
  */
 #include "internal.h"
 
 const dlt_backend *dlt__cuda_backend(void) { return NULL; }
-int32_t dlt__cuda_device_count(void) { return 0; }

@@ -129,9 +129,3 @@ int dlt__mul_overflow(size_t a, size_t b, size_t *out) {
     return 0;
 }
 
-int64_t dlt__env_count(const char *name, int64_t dflt) {
-    const char *v = getenv(name);
-    char *end = NULL;
-    const long long n = v ? strtoll(v, &end, 10) : -1;
-    return (v && end != v && n >= 0) ? (int64_t)n : dflt;
-}

@@ -228,14 +228,9 @@ static dlt_status be_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *sr
  * leaves. The queued gradients hold memory meanwhile: ResNet50 at batch 256 queued ~20 MiB
  * at the step's peak when the queue waited for the end of backward (H200, graph arena:
  * 239.5 MiB live at most, 219.6 with 4 MiB; ~13 launches instead of one, ~0.03 ms). */
-#define DLT_GRAD_QUEUE_MAX_DEFAULT ((int64_t)4 << 20)
-
-static int64_t pend_limit(dlt_tape *tp) {
-    if (tp->pend_limit == 0) {
-        const int64_t n = dlt__env_count("DLT_GRAD_QUEUE_MAX", DLT_GRAD_QUEUE_MAX_DEFAULT);
-        tp->pend_limit = n > 0 ? n : 1;
-    }
-    return tp->pend_limit;
+static int64_t pend_limit(const dlt_ctx *ctx) {
+    const int64_t n = ctx->env.v[DLT__ENV_GRAD_QUEUE_MAX]; /* default 4 MiB (env.c) */
+    return n > 0 ? n : 1;
 }
 
 static dlt_status pend_flush(dlt_ctx *ctx) {
@@ -296,7 +291,7 @@ dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g
         }
         if (g->dtype != slot->dst->dtype && pend_push(ctx, slot->dst, g, slot->beta)) {
             slot->written = 1;
-            return ctx->tape.pend_bytes >= pend_limit(&ctx->tape) ? pend_flush(ctx) : DLT_OK;
+            return ctx->tape.pend_bytes >= pend_limit(ctx) ? pend_flush(ctx) : DLT_OK;
         }
         dlt_status st = be_accumulate(ctx, slot->dst, g, slot->beta);
         dlt_tensor_release(g);

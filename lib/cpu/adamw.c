@@ -1,10 +1,10 @@
 /*
  * adamw.c - CPU Adam/AdamW step (lib/optim/adamw.c states the update). The element
- * function and its scalars are dlt__adamw_elem / dlt__adamw_scalars (optim_internal.h),
+ * function and its scalars are dlt__adamw_elem / dlt__adamw_scalars (lib/kernel/optim.h),
  * the same code cuda/adamw.cu runs, so both backends give the same bits. Elements are
  * independent: the loop over a tensor is split across threads.
  */
-#include "../optim/optim_internal.h"
+#include "../kernel/optim.h"
 #include "ops_cpu.h"
 #include "parallel.h"
 

@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 #include "ops_cpu.h"
 #include "parallel.h"
 

@@ -1,6 +1,6 @@
 /*
  * binary.c - CPU kernels of the broadcasting binary ops (lib/ops/binary.c) and of copy_nd
- * (the layout ops): operands are read through their N-D operand maps (lib/core/nd.h).
+ * (the layout ops): operands are read through their N-D operand maps (lib/kernel/nd.h).
  * Binary math in double, rounded once to y's dtype (CUDA: fp32).
  */
 #include <math.h>

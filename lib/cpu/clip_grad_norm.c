@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../optim/optim_internal.h"
+#include "../kernel/optim.h"
 #include "ops_cpu.h"
 #include "parallel.h"
 

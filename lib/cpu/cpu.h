@@ -6,7 +6,7 @@
 #ifndef DLT_CPU_H
 #define DLT_CPU_H
 
-#include "../core/half.h"
+#include "../kernel/half.h"
 #include "../core/internal.h"
 
 /* element load/store in fp32 for any float dtype (and integers by value) */

@@ -4,14 +4,14 @@
  * the token-window gather, the epoch order (indices sorted by Philox keys with qsort) and
  * the loader cursor (plain host memory here).
  *
- * The per-sample math lives in lib/data/data_internal.h and is shared with cuda/data.cu,
+ * The per-sample math lives in lib/kernel/data.h and is shared with cuda/data.cu,
  * so both backends give the same bits for the same loader. Rows are independent, so they
  * are split over threads (DLT_PARALLEL_FOR) without changing a bit.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data/data_internal.h"
+#include "../kernel/data.h"
 #include "cpu.h"
 #include "ops_cpu.h"
 #include "parallel.h"

@@ -3,7 +3,7 @@
  * (seed, offset + *rng_base, i) is >= p, and scaled by 1/(1-p). The same call with the same
  * arguments is the backward (the mask is drawn again). cuda/dropout.cu draws the same bits.
  */
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 #include "ops_cpu.h"
 #include "parallel.h"
 

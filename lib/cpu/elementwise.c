@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 #include "cpu.h"
 #include "parallel.h"
 

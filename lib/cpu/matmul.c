@@ -1,5 +1,5 @@
 /*
- * matmul.c - CPU batched GEMM (the `gemm` entry, lib/core/nd.h's dlt_gemm_batch) through
+ * matmul.c - CPU batched GEMM (the `gemm` entry, lib/kernel/nd.h's dlt_gemm_batch) through
  * CBLAS sgemm, one call per batch matrix (OpenBLAS threads each). f16/bf16 operands are
  * converted to fp32 copies and the result rounded back once.
  */

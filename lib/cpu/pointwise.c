@@ -1,9 +1,9 @@
 /*
  * pointwise.c - CPU kernels of the unary ops (lib/ops/pointwise.c): y = f(x) and
  * dx = u * f'(x) elementwise over the flat memory of same-layout tensors, in double
- * (math_ref.h), rounded once to the dtype.
+ * (lib/kernel/unary.h), rounded once to the dtype.
  */
-#include "math_ref.h"
+#include "../kernel/unary.h"
 #include "ops_cpu.h"
 #include "parallel.h"
 

@@ -7,7 +7,7 @@
  */
 #include <math.h>
 
-#include "../optim/optim_internal.h"
+#include "../kernel/optim.h"
 #include "ops_cpu.h"
 
 dlt_status dlt__cpu_sgd_step(dlt_ctx *ctx, const dlt_sgd_launch *L) {

@@ -1,32 +1,15 @@
 /*
- * data_internal.h - the dataset and loader objects, and the per-sample math shared by the
- * CPU gather (lib/cpu/data.c) and the CUDA gather (cuda/data.cu), written once here so the
- * two backends give the same bits.
- *
- * Randomness (all Philox4x32-10, lib/core/philox.h):
- *  - shuffle: index k of epoch e gets the 64-bit key (w0 << 32 | w1) of
- *    philox(seed, e << 32 | k); the epoch's order sorts indices by key, ties by index (a
- *    tie needs two equal 64-bit keys; the index tiebreak makes the order total anyway).
- *  - augmentation: the sample at epoch position p draws philox(seed + DLT_DATA_AUG_KEY,
- *    e << 32 + p): top = w0 * (2*pad+1) >> 32, left = w1 * (2*pad+1) >> 32, flip = w2 & 1.
- *    The crop takes rows top..top+31 and columns left..left+31 of the image zero-padded by
- *    pad on each side (torchvision RandomCrop(32, padding=pad)), then the flip mirrors the
- *    columns (RandomHorizontalFlip) - padded pixels are byte 0 before ToTensor.
- *  - pixel value: byte / 255 as an fp32 division (ToTensor), then (v - mean) / std as fp32
- *    operations (Normalize), rounded to the output dtype last.
- *
- *  - token windows: row b of draw s starts at mulhi64(w0 << 32 | w1, count - T) of
- *    philox(seed, s << 32 | b): uniform in [0, count - T) as nanoGPT's torch.randint, with
- *    a bias below (count - T) / 2^64.
- *
- * Included by C (lib/) and CUDA C++ (cuda/): the common subset of both.
+ * data_internal.h - the dataset and loader objects of lib/data and the helpers its readers
+ * share. The per-sample math both backends run (shuffle keys, augmentation draws, pixel
+ * values, token windows) and the gather's launch structs are the kernel contract's
+ * (lib/kernel/data.h); lib/cpu and cuda/ include that, never this header.
  */
 #ifndef DLT_DATA_INTERNAL_H
 #define DLT_DATA_INTERNAL_H
 
 #include "../core/internal.h"
 #include "../core/files.h"
-#include "../core/philox.h"
+#include "../kernel/data.h"
 
 #include <stdio.h>
 
@@ -38,8 +21,6 @@ extern "C" {
 #define DLT_DATA_MAX_CLASSES 65536
 /* Largest height or width of an image record. */
 #define DLT_DATA_MAX_SIDE 65536
-/* Key offset separating augmentation draws from shuffle keys of the same seed. */
-#define DLT_DATA_AUG_KEY 0x9E3779B97F4A7C15ull
 
 /* What one sample of a dataset is. image = 1: uint8 [C, H, W] pictures, which loaders
  * turn into floats by ToTensor (byte / 255), with Normalize and augmentation available;
@@ -180,67 +161,6 @@ struct dlt_char_tokenizer {
     int32_t vocab_size;
     int32_t *itos;        /* code point of each id, ascending */
 };
-
-/* ---- per-sample math shared by the backends ---- */
-
-/* High 64 bits of a * b, in 32-bit pieces (portable C11 and CUDA alike). */
-DLT_HD uint64_t dlt__mulhi64(uint64_t a, uint64_t b) {
-    uint64_t a_lo = (uint32_t)a, a_hi = a >> 32, b_lo = (uint32_t)b, b_hi = b >> 32;
-    uint64_t lo_lo = a_lo * b_lo, hi_lo = a_hi * b_lo, lo_hi = a_lo * b_hi, hi_hi = a_hi * b_hi;
-    uint64_t cross = (lo_lo >> 32) + (uint32_t)hi_lo + lo_hi;
-    return hi_hi + (hi_lo >> 32) + (cross >> 32);
-}
-
-/* Start of row b of token draw `step`: uniform in [0, range). */
-DLT_HD int64_t dlt__token_offset(uint64_t seed, int64_t step, int64_t row, uint64_t range) {
-    dlt_philox_out o = dlt__philox(seed, ((uint64_t)step << 32) | (uint64_t)(uint32_t)row);
-    uint64_t u = ((uint64_t)o.v[0] << 32) | o.v[1];
-    return (int64_t)dlt__mulhi64(u, range);
-}
-
-/* ---- per-sample math shared by the backends ---- */
-
-DLT_HD uint64_t dlt__data_shuffle_key(uint64_t seed, int64_t epoch, int64_t k) {
-    dlt_philox_out o = dlt__philox(seed, ((uint64_t)epoch << 32) | (uint64_t)k);
-    return ((uint64_t)o.v[0] << 32) | o.v[1];
-}
-
-typedef struct dlt_data_aug {
-    int32_t top, left, flip;
-} dlt_data_aug;
-
-DLT_HD dlt_data_aug dlt__data_aug_draw(uint64_t seed, int64_t epoch, int64_t pos, int32_t pad,
-                                       int32_t hflip) {
-    dlt_data_aug a;
-    a.top = 0;
-    a.left = 0;
-    a.flip = 0;
-    if (pad <= 0 && !hflip) return a;
-    dlt_philox_out o = dlt__philox(seed + DLT_DATA_AUG_KEY, ((uint64_t)epoch << 32) + (uint64_t)pos);
-    uint64_t range = (uint64_t)(2 * (pad > 0 ? pad : 0) + 1);
-    a.top = (int32_t)(((uint64_t)o.v[0] * range) >> 32);
-    a.left = (int32_t)(((uint64_t)o.v[1] * range) >> 32);
-    a.flip = hflip ? (int32_t)(o.v[2] & 1u) : 0;
-    return a;
-}
-
-/* The source byte for output pixel (c, y, x) of an augmented H x W image (0 in the
- * padding). */
-DLT_HD uint8_t dlt__data_src_byte(const uint8_t *img, int32_t c, int32_t y, int32_t x,
-                                  dlt_data_aug a, int32_t pad, int32_t H, int32_t W) {
-    int32_t sx = (a.flip ? W - 1 - x : x) + a.left - pad;
-    int32_t sy = y + a.top - pad;
-    if (sx < 0 || sx >= W || sy < 0 || sy >= H) return 0;
-    return img[(c * H + sy) * W + sx];
-}
-
-/* ToTensor (true fp32 division), then Normalize. No multiply-add to contract: both
- * compilers give the IEEE result of each step. */
-DLT_HD float dlt__data_value(uint8_t b, int32_t normalize, float mean, float std) {
-    float v = (float)b / 255.0f;
-    if (normalize) v = (v - mean) / std;
-    return v;
-}
 
 #ifdef __cplusplus
 }

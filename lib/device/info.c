@@ -2,8 +2,8 @@
  * info.c - device info handles, the architecture table (CUDA and tensor cores per SM) and
  * the argument checks of the micro-benchmarks.
  *
- * The raw properties come from cuda/device.c (or the no-CUDA stub) through
- * dlt__device_query; the values a comparison table wants but the runtime does not report
+ * The raw properties come from the CUDA backend's device_query entry (cuda/device.c); a
+ * build without CUDA has no CUDA backend and reports DLT_ERR_NO_DEVICE here. The values a comparison table wants but the runtime does not report
  * (core counts, theoretical bandwidth, architecture name) are derived here, in C, so that
  * they are the same in every build and testable without a GPU.
  *
@@ -106,7 +106,13 @@ dlt_status dlt_device_info_get(int32_t device_index, dlt_device_info **out) {
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "device_index %d is negative", device_index);
     dlt_device_props p;
     memset(&p, 0, sizeof p);
-    DLT_CHECK(dlt__device_query(device_index, F, &p));
+    const dlt_backend *cu = dlt__cuda_backend();
+    if (!cu || !cu->device_query)
+        return dlt__err(DLT_ERR_NO_DEVICE, F,
+                        "cannot read CUDA device %d: this libdltrain was built without CUDA support "
+                        "(configure with -Dcuda=enabled on a machine with the CUDA toolkit and cuDNN)",
+                        device_index);
+    DLT_CHECK(cu->device_query(device_index, F, &p));
     dlt_device_info *info = calloc(1, sizeof *info);
     if (!info) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the device info");
     info->index = device_index;
@@ -232,7 +238,7 @@ dlt_status dlt_device_info_string(const dlt_device_info *info, int32_t key, char
 }
 
 /* ---------------------------------------------------------------------------------------
- * Benchmarks: argument checks here, the work in cuda/device.c
+ * Benchmarks: argument checks here, the work in the backend's bench_* entries (cuda/device.c)
  * ------------------------------------------------------------------------------------- */
 static dlt_status bench_ctx_check(dlt_ctx *ctx, const char *func) {
     if (ctx->device_type != DLT_DEVICE_CUDA)
@@ -253,7 +259,8 @@ dlt_status dlt_bench_copy_bandwidth(dlt_ctx *ctx, size_t bytes, double *gbytes_p
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "bytes = %zu; it must be positive", bytes);
     DLT_CHECK(bench_ctx_check(ctx, F));
     double v = 0;
-    DLT_CHECK(dlt__cuda_bench_copy(ctx, bytes, &v));
+    if (!ctx->be->bench_copy) return dlt__be_missing(ctx, F, "bench_copy");
+    DLT_CHECK(ctx->be->bench_copy(ctx, bytes, &v));
     *gbytes_per_s = v;
     return DLT_OK;
 }
@@ -272,7 +279,8 @@ dlt_status dlt_bench_gemm(dlt_ctx *ctx, int32_t kind, int64_t m, int64_t n, int6
                         (long long)n, (long long)k);
     DLT_CHECK(bench_ctx_check(ctx, F));
     double v = 0;
-    DLT_CHECK(dlt__cuda_bench_gemm(ctx, kind, m, n, k, &v));
+    if (!ctx->be->bench_gemm) return dlt__be_missing(ctx, F, "bench_gemm");
+    DLT_CHECK(ctx->be->bench_gemm(ctx, kind, m, n, k, &v));
     *tflops = v;
     return DLT_OK;
 }

@@ -271,8 +271,8 @@ static const char *nvml_err(const nvml_api *a, nvml_return r) {
 /* Loads NVML and finds the device; on failure fills m->reason and undoes what was done. */
 static void nvml_open(dlt_gpu_monitor *m) {
     nvml_api *a = &m->api;
-    const char *path = getenv("DLT_NVML_LIBRARY");
-    if (!path || !path[0]) path = "libnvidia-ml.so.1";
+    char path_buf[4096];
+    const char *path = dlt__env_path(DLT__ENV_NVML_LIBRARY, path_buf, sizeof path_buf);
     dlerror();
     a->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!a->lib) {
@@ -318,7 +318,9 @@ static void nvml_open(dlt_gpu_monitor *m) {
     }
     char bus[64];
     r = -1;
-    if (ncuda > 0 && a->by_pci && dlt__device_pci_bus_id(m->device_index, bus, sizeof bus) == DLT_OK)
+    const dlt_backend *cu = dlt__cuda_backend();
+    if (ncuda > 0 && a->by_pci && cu && cu->device_pci_bus_id &&
+        cu->device_pci_bus_id(m->device_index, bus, sizeof bus) == DLT_OK)
         r = a->by_pci(bus, &m->dev);
     if (r != NVML_SUCCESS) r = a->by_index((unsigned int)m->device_index, &m->dev);
     if (r != NVML_SUCCESS) {
@@ -396,8 +398,8 @@ dlt_status dlt_gpu_monitor_start(int32_t device_index, int32_t interval_ms,
     return DLT_OK;
 }
 
-dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon) {
-    DLT_NULL_CHECK(mon, "dlt_gpu_monitor_stop");
+/* Stops the sampling thread, if it runs (stop and destroy). */
+static void monitor_stop(dlt_gpu_monitor *mon) {
     pthread_mutex_lock(&mon->mu);
     int join = mon->thread_running;
     mon->stop_requested = 1;
@@ -411,12 +413,17 @@ dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon) {
         mon->stopped = 1;
     }
     pthread_mutex_unlock(&mon->mu);
+}
+
+dlt_status dlt_gpu_monitor_stop(dlt_gpu_monitor *mon) {
+    DLT_NULL_CHECK(mon, "dlt_gpu_monitor_stop");
+    monitor_stop(mon);
     return DLT_OK;
 }
 
 void dlt_gpu_monitor_destroy(dlt_gpu_monitor *mon) {
     if (!mon) return;
-    (void)dlt_gpu_monitor_stop(mon);
+    monitor_stop(mon);
     if (mon->nvml_initialised) mon->api.shutdown();
     if (mon->api.lib) dlclose(mon->api.lib);
     dlt__series_free(&mon->series);

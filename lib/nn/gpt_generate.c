@@ -2,7 +2,7 @@
  * gpt_generate.c - text generation with a GPT module (nanoGPT's model.generate): for each
  * new token, run the last block_size tokens, take the last position's logits over the real
  * vocabulary, divide by the temperature, keep the top_k largest, softmax, and draw one
- * token. The draw uses Philox (lib/core/philox.h) with the caller's seed and the step as the
+ * token. The draw uses Philox (lib/kernel/philox.h) with the caller's seed and the step as the
  * counter, so a seed gives the same text on every device and run. Without gradients, in
  * evaluation mode (the caller's mode is restored).
  */
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../../include/dltrain/gpt.h"
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 #include "nn_internal.h"
 
 typedef struct scored {

@@ -15,7 +15,7 @@
  */
 #include <math.h>
 
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 #include "ops_internal.h"
 
 static dlt_status sdpa_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_slot *gin) {

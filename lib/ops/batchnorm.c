@@ -26,12 +26,18 @@ static dlt_status check_vec(const dlt_tensor *v, int64_t C, const dlt_tensor *x,
     return DLT_OK;
 }
 
+typedef struct bn_attr {
+    int32_t relu;      /* ReLU fused: the output y (saved[4]) masks dy */
+    int32_t use_batch; /* batch statistics (training formula) */
+} bn_attr;
+
 static dlt_status bn_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(batch_norm2d)";
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *x = n->saved[0], *gamma = n->saved[1], *mean = n->saved[2], *invstd = n->saved[3];
-    dlt_tensor *y = n->ip[0] ? n->saved[4] : NULL;
-    const int32_t use_batch = (int32_t)n->ip[1];
+    const bn_attr *at = DLT_NODE_ATTR(n, bn_attr);
+    dlt_tensor *y = at->relu ? n->saved[4] : NULL;
+    const int32_t use_batch = at->use_batch;
     const int64_t C = x->shape[1];
     dlt_tensor *dx = NULL, *dres = NULL, *dg = NULL, *db = NULL;
     int own_dg = 0, own_db = 0;
@@ -177,8 +183,8 @@ dlt_status dlt_batch_norm2d_act(dlt_tensor *x, dlt_tensor *residual, int32_t rel
         dlt__save(node, mean);
         dlt__save(node, invstd);
         if (relu) dlt__save(node, alias);
-        node->ip[0] = relu != 0;
-        node->ip[1] = use_batch;
+        bn_attr at = {relu != 0, use_batch};
+        DLT_SET_ATTR(node, bn_attr, at);
     }
 done:
     dlt__range_pop(ctx);

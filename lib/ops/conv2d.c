@@ -14,22 +14,11 @@
  */
 #include "ops_internal.h"
 
-static void params_from_node(const dlt_node *n, dlt_conv_params *p) {
-    p->stride[0] = n->ip[0];
-    p->stride[1] = n->ip[1];
-    p->pad[0] = n->ip[2];
-    p->pad[1] = n->ip[3];
-    p->dil[0] = n->ip[4];
-    p->dil[1] = n->ip[5];
-    p->groups = n->ip[6];
-}
-
 static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(conv2d)";
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *x = n->saved[0], *w = n->saved[1], *dy = gout[0];
-    dlt_conv_params p;
-    params_from_node(n, &p);
+    const dlt_conv_params p = *DLT_NODE_ATTR(n, dlt_conv_params); /* the node's attributes */
     dlt_status st = DLT_OK;
     /* an empty dy (N == 0 or K == 0) makes every gradient zero; empty gradients need no
      * kernel (kernels assume numel > 0) */
@@ -171,13 +160,7 @@ dlt_status dlt_conv2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, int64_t st
     if (node) {
         dlt__save(node, xc);
         dlt__save(node, wf);
-        node->ip[0] = stride_h;
-        node->ip[1] = stride_w;
-        node->ip[2] = pad_h;
-        node->ip[3] = pad_w;
-        node->ip[4] = dil_h;
-        node->ip[5] = dil_w;
-        node->ip[6] = groups;
+        DLT_SET_ATTR(node, dlt_conv_params, p);
     }
 done:
     dlt__range_pop(ctx);

@@ -10,7 +10,7 @@
  * word rng_base, which each replay advances, so replays draw fresh masks.
  * p = 0 or training = 0 returns x itself (a new reference, no kernel); p = 1 returns zeros.
  */
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 #include "ops_internal.h"
 
 typedef struct dropout_attr {

@@ -62,12 +62,17 @@ dlt_status dlt_relu(dlt_tensor *x, dlt_tensor **out) {
 
 /* ---- mul_scalar ---- */
 
+typedef struct scale_attr {
+    double alpha;
+} scale_attr;
+
 static dlt_status mul_scalar_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *dx = NULL;
     const dlt_tensor *s = n->n_saved > 0 ? n->saved[0] : NULL;
     DLT_CHECK(new_like(gout[0], gout[0]->dtype, "dlt_backward(mul_scalar)", &dx));
-    dlt_status st = dx->numel ? ctx->be->scale(ctx, dx, gout[0], s, n->fp[0]) : DLT_OK;
+    dlt_status st = dx->numel ? ctx->be->scale(ctx, dx, gout[0], s,
+                                                 DLT_NODE_ATTR(n, scale_attr)->alpha) : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;
@@ -96,7 +101,8 @@ dlt_status dlt_mul_scalar(dlt_tensor *x, dlt_tensor *s, double alpha, dlt_tensor
     if (st == DLT_OK) st = dlt__record(ctx, "mul_scalar", mul_scalar_backward, &x, 1, &y, 1, &node);
     if (st == DLT_OK && node) {
         if (s) dlt__save(node, s);
-        node->fp[0] = alpha;
+        scale_attr at = {alpha};
+        DLT_SET_ATTR(node, scale_attr, at);
     }
     if (st != DLT_OK) {
         dlt_tensor_release(y);
@@ -108,14 +114,19 @@ dlt_status dlt_mul_scalar(dlt_tensor *x, dlt_tensor *s, double alpha, dlt_tensor
 
 /* ---- sum / mean ---- */
 
+typedef struct sum_attr {
+    int32_t ndim, dtype, format, pad_;
+    int64_t shape[DLT_MAX_DIMS]; /* of x */
+    double alpha;
+} sum_attr;
+
 static dlt_status reduce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *dx = NULL;
-    int64_t shape[DLT_MAX_DIMS];
-    for (int32_t i = 0; i < (int32_t)n->ip[0]; i++) shape[i] = n->ip[2 + i];
-    DLT_CHECK(dlt__tensor_new(ctx, (int32_t)n->ip[1], shape, (int32_t)n->ip[0], (int32_t)n->ip[10],
-                              "dlt_backward(sum)", &dx));
-    dlt_status st = dx->numel ? ctx->be->broadcast_scalar(ctx, dx, gout[0], n->fp[0]) : DLT_OK;
+    const sum_attr *at = DLT_NODE_ATTR(n, sum_attr);
+    DLT_CHECK(dlt__tensor_new(ctx, at->dtype, at->shape, at->ndim, at->format, "dlt_backward(sum)",
+                              &dx));
+    dlt_status st = dx->numel ? ctx->be->broadcast_scalar(ctx, dx, gout[0], at->alpha) : DLT_OK;
     if (st != DLT_OK) {
         dlt_tensor_release(dx);
         return st;
@@ -140,11 +151,9 @@ static dlt_status reduce(dlt_tensor *x, int mean, dlt_tensor **out, const char *
     }
     if (st == DLT_OK) st = dlt__record(ctx, mean ? "mean" : "sum", reduce_backward, &x, 1, &y, 1, &node);
     if (st == DLT_OK && node) {
-        node->ip[0] = x->ndim;
-        node->ip[1] = x->dtype;
-        for (int32_t i = 0; i < x->ndim && i < 8; i++) node->ip[2 + i] = x->shape[i];
-        node->ip[10] = x->format;
-        node->fp[0] = alpha;
+        sum_attr at = {x->ndim, x->dtype, x->format, 0, {0}, alpha};
+        for (int32_t i = 0; i < x->ndim; i++) at.shape[i] = x->shape[i];
+        DLT_SET_ATTR(node, sum_attr, at);
     }
     if (st != DLT_OK) {
         dlt_tensor_release(y);
@@ -159,9 +168,10 @@ dlt_status dlt_mean(dlt_tensor *x, dlt_tensor **out) { return reduce(x, 1, out, 
 
 /* ---- cast and format change (differentiable) ---- */
 
-static dlt_status convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+dlt_status dlt__convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
-    int32_t dtype = (int32_t)n->ip[0], format = (int32_t)n->ip[1];
+    const int32_t dtype = DLT_NODE_ATTR(n, convert_attr)->dtype;
+    const int32_t format = DLT_NODE_ATTR(n, convert_attr)->format;
     dlt_tensor *g = gout[0];
     if (g->dtype == dtype && g->format == format) return dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(g));
     /* A leaf destination converts while accumulating: no intermediate tensor. */
@@ -188,10 +198,10 @@ static dlt_status convert_op(dlt_tensor *x, int32_t dtype, int32_t format, const
     DLT_CHECK(dlt__tensor_new(ctx, dtype, x->shape, x->ndim, format, func, &y));
     dlt_status st = x->numel ? ctx->be->convert(ctx, y, x) : DLT_OK;
     if (st == DLT_OK && dlt__is_float(x->dtype) && dlt__is_float(dtype))
-        st = dlt__record(ctx, name, convert_backward, &x, 1, &y, 1, &node);
+        st = dlt__record(ctx, name, dlt__convert_backward, &x, 1, &y, 1, &node);
     if (st == DLT_OK && node) {
-        node->ip[0] = x->dtype;
-        node->ip[1] = x->format;
+        convert_attr at = {x->dtype, x->format};
+        DLT_SET_ATTR(node, convert_attr, at);
     }
     if (st != DLT_OK) {
         dlt_tensor_release(y);
@@ -215,51 +225,4 @@ dlt_status dlt_cast(dlt_tensor *x, int32_t dtype, dlt_tensor **out) {
     DLT_NULL_CHECK(out, F);
     if (dtype < 0 || dtype > DLT_U8) return dlt__err(DLT_ERR_DTYPE, F, "unknown dtype %d", dtype);
     return dlt__op_cast(x, dtype, F, out);
-}
-
-/* ---- autocast operands ---- */
-
-/* The cached low-precision copy is shared by every forward until the parameter changes; each
- * use gets a fresh alias that carries this forward's tape node, so the cache itself never
- * points into a graph (no reference cycle through the parameter). */
-dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out) {
-    if (dtype < 0 || x->dtype == dtype || !dlt__is_float(x->dtype)) {
-        *out = dlt_tensor_retain(x);
-        return DLT_OK;
-    }
-    /* PyTorch caches casts of fp32 leaves that require grad (parameters) only: other tensors
-     * (activations, loader buffers rewritten in place) are cast at every use. */
-    if (!x->requires_grad || x->dtype != DLT_F32 || (dtype != DLT_F16 && dtype != DLT_BF16))
-        return dlt__op_cast(x, dtype, func, out);
-    int k = dtype == DLT_F16 ? 0 : 1;
-    dlt_ctx *ctx = x->ctx;
-    dlt_tensor *lp = x->lp_copy[k];
-    if (lp && (lp->format != x->format || !dlt__same_shape(lp, x))) {
-        dlt_tensor_release(lp);
-        lp = x->lp_copy[k] = NULL;
-    }
-    if (!lp) {
-        DLT_CHECK(dlt__tensor_new_like(x, dtype, func, &lp));
-        x->lp_copy[k] = lp;
-        x->lp_version[k] = x->version + 1; /* force the copy below */
-    }
-    if (x->lp_version[k] != x->version) {
-        dlt_status st = x->numel ? ctx->be->convert(ctx, lp, x) : DLT_OK;
-        if (st != DLT_OK) return dlt__err_wrap(st, func);
-        x->lp_version[k] = x->version;
-    }
-    dlt_tensor *alias = NULL;
-    dlt_node *node = NULL;
-    DLT_CHECK(dlt__alias(lp, func, &alias));
-    dlt_status st = dlt__record(ctx, "autocast", convert_backward, &x, 1, &alias, 1, &node);
-    if (st == DLT_OK && node) {
-        node->ip[0] = x->dtype;
-        node->ip[1] = x->format;
-    }
-    if (st != DLT_OK) {
-        dlt_tensor_release(alias);
-        return dlt__err_wrap(st, func);
-    }
-    *out = alias;
-    return DLT_OK;
 }

@@ -140,13 +140,6 @@ dlt_status dlt__contiguous_input(dlt_tensor *x, const char *func, dlt_tensor **o
     return dlt__op_to_format(x, DLT_FORMAT_CONTIGUOUS, func, out);
 }
 
-dlt_status dlt__autocast_fp32(dlt_tensor *x, const char *func, dlt_tensor **out) {
-    if (dlt__autocast_dtype(x->ctx) >= 0 && dlt__is_float(x->dtype) && x->dtype != DLT_F32)
-        return dlt__op_cast(x, DLT_F32, func, out);
-    *out = dlt_tensor_retain(x);
-    return DLT_OK;
-}
-
 /* ---- kernel-level helpers (not recorded) ---- */
 
 dlt_status dlt__k_binary(dlt_ctx *ctx, int32_t dtype, const dlt_tensor *a, const dlt_tensor *b,

@@ -21,6 +21,14 @@
 dlt_status dlt__op_cast(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out);
 /* Differentiable memory-format conversion (x retained if already in that format). */
 dlt_status dlt__op_to_format(dlt_tensor *x, int32_t format, const char *func, dlt_tensor **out);
+/* The backward of a cast or format change (elementwise.c): the gradient converted back to
+ * the input's dtype and format, which the node holds as its convert_attr. */
+typedef struct convert_attr {
+    int32_t dtype, format;
+} convert_attr;
+dlt_status dlt__convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin);
+/* The autocast policy (autocast.c). The dtype of the innermost autocast region, or -1. */
+int32_t dlt__autocast_dtype(const dlt_ctx *ctx);
 /* The operand an autocast-eligible op (conv2d, linear) uses: x itself when autocast is off
  * or x already has the dtype; for an fp32 parameter the cached low-precision copy (made once,
  * refreshed by the optimizer; see dlt_tensor.lp_copy); otherwise a differentiable cast. */
@@ -70,8 +78,9 @@ int32_t dlt__promote(int32_t a, int32_t b);
 /* x itself (retained) when contiguous, else a differentiable contiguous copy: the N-D ops
  * accept channels-last tensors this way. */
 dlt_status dlt__contiguous_input(dlt_tensor *x, const char *func, dlt_tensor **out);
-/* Autocast's fp32 list (softmax, log_softmax, layer_norm, sum, exp, log, pow, losses...): in
- * an autocast region a low-precision float x is cast up (differentiably); else x itself. */
+/* Autocast's fp32 list (autocast.c: softmax, log_softmax, layer_norm, sum, exp, log, pow,
+ * losses...): in an autocast region a low-precision float x is cast up (differentiably);
+ * else x itself. */
 dlt_status dlt__autocast_fp32(dlt_tensor *x, const char *func, dlt_tensor **out);
 
 /* Kernel-level helpers for backward functions (nothing is recorded). */

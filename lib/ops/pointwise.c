@@ -1,7 +1,7 @@
 /*
  * pointwise.c - front doors of the unary elementwise ops: neg, exp, log, sqrt, rsqrt, abs,
  * pow by a scalar, add a scalar, and the activations gelu (erf and tanh forms), silu,
- * sigmoid, tanh, softplus. The result has the input's shape, dtype and memory format.
+ * sigmoid, tanh, softplus, leaky_relu. The result has the input's shape, dtype and memory format.
  *
  * Autocast (PyTorch's CUDA policy, applied on every device): exp, log, rsqrt, pow and
  * softplus are on the fp32 list (a low-precision input is cast up and the result is f32);
@@ -9,10 +9,11 @@
  * are exact in the input's dtype; everything else runs on an f32 copy (PyTorch promotes
  * integers to its default float dtype).
  *
- * Gradients dx = u * f'(x), with f' from x or from the saved output (nd.h, DLT_UN_*):
+ * Gradients dx = u * f'(x), with f' from x or from the saved output (lib/kernel/unary.h):
  *   neg -1; exp y; log 1/x; sqrt 1/(2y); rsqrt -y^3/2; abs sign(x) (0 at 0, as PyTorch);
  *   pow a x^(a-1) (0 where a == 0); gelu Phi(x) + x phi(x); gelu_tanh from PyTorch's
- *   formula; silu s(1 + x(1-s)); sigmoid y(1-y); tanh 1-y^2; softplus sigmoid(x).
+ *   formula; silu s(1 + x(1-s)); sigmoid y(1-y); tanh 1-y^2; softplus sigmoid(x);
+ *   leaky_relu 1 where x > 0, else the slope (at 0 too, as PyTorch).
  */
 #include <math.h>
 
@@ -142,4 +143,7 @@ dlt_status dlt_sigmoid(dlt_tensor *x, dlt_tensor **out) {
 dlt_status dlt_tanh(dlt_tensor *x, dlt_tensor **out) { return unary_op(x, DLT_UN_TANH, 0.0, "dlt_tanh", "tanh", out); }
 dlt_status dlt_softplus(dlt_tensor *x, dlt_tensor **out) {
     return unary_op(x, DLT_UN_SOFTPLUS, 0.0, "dlt_softplus", "softplus", out);
+}
+dlt_status dlt_leaky_relu(dlt_tensor *x, double negative_slope, dlt_tensor **out) {
+    return unary_op(x, DLT_UN_LEAKY_RELU, negative_slope, "dlt_leaky_relu", "leaky_relu", out);
 }

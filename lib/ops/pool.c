@@ -8,12 +8,23 @@
  */
 #include "ops_internal.h"
 
+typedef struct maxpool_attr {
+    dlt_pool_params p;
+    int64_t x_shape[4];
+} maxpool_attr;
+
+typedef struct gavg_attr {
+    int64_t x_shape[4];
+    int32_t x_format;
+    int32_t pad_;
+} gavg_attr;
+
 static dlt_status maxpool_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *idx = n->saved[0], *dx = NULL;
-    int64_t shape[4] = {n->ip[6], n->ip[7], n->ip[8], n->ip[9]};
-    dlt_pool_params p = {{n->ip[0], n->ip[1]}, {n->ip[2], n->ip[3]}, {n->ip[4], n->ip[5]}};
-    DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, shape, 4, gout[0]->format,
+    const maxpool_attr *at = DLT_NODE_ATTR(n, maxpool_attr);
+    const dlt_pool_params p = at->p;
+    DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, at->x_shape, 4, gout[0]->format,
                               "dlt_backward(max_pool2d)", &dx));
     /* an empty batch or no channel: nothing to route (kernels assume numel > 0) */
     dlt_status st = dx->numel ? ctx->be->maxpool_bwd(ctx, dx, gout[0], idx, &p) : DLT_OK;
@@ -65,13 +76,8 @@ dlt_status dlt_max_pool2d(dlt_tensor *x, int64_t kernel_h, int64_t kernel_w, int
     DLT_CHECK_GOTO(st, dlt__record(ctx, "max_pool2d", maxpool_backward, &x, 1, &y, 1, &node), done);
     if (node) {
         dlt__save(node, idx);
-        node->ip[0] = kernel_h;
-        node->ip[1] = kernel_w;
-        node->ip[2] = stride_h;
-        node->ip[3] = stride_w;
-        node->ip[4] = pad_h;
-        node->ip[5] = pad_w;
-        for (int i = 0; i < 4; i++) node->ip[6 + i] = x->shape[i];
+        maxpool_attr at = {p, {x->shape[0], x->shape[1], x->shape[2], x->shape[3]}};
+        DLT_SET_ATTR(node, maxpool_attr, at);
     }
 done:
     dlt__range_pop(ctx);
@@ -87,8 +93,8 @@ done:
 static dlt_status gavg_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *dx = NULL;
-    int64_t shape[4] = {n->ip[0], n->ip[1], n->ip[2], n->ip[3]};
-    DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, shape, 4, (int32_t)n->ip[4],
+    const gavg_attr *at = DLT_NODE_ATTR(n, gavg_attr);
+    DLT_CHECK(dlt__tensor_new(ctx, gout[0]->dtype, at->x_shape, 4, at->x_format,
                               "dlt_backward(global_avg_pool2d)", &dx));
     dlt_status st = dx->numel ? ctx->be->gavgpool_bwd(ctx, dx, gout[0]) : DLT_OK;
     if (st != DLT_OK) {
@@ -117,8 +123,8 @@ dlt_status dlt_global_avg_pool2d(dlt_tensor *x, dlt_tensor **out) {
     if (st == DLT_OK && y->numel) st = ctx->be->gavgpool_fwd(ctx, y, x);
     if (st == DLT_OK) st = dlt__record(ctx, "global_avg_pool2d", gavg_backward, &x, 1, &y, 1, &node);
     if (st == DLT_OK && node) {
-        for (int i = 0; i < 4; i++) node->ip[i] = x->shape[i];
-        node->ip[4] = x->format;
+        gavg_attr at = {{x->shape[0], x->shape[1], x->shape[2], x->shape[3]}, x->format, 0};
+        DLT_SET_ATTR(node, gavg_attr, at);
     }
     if (st != DLT_OK) {
         dlt_tensor_release(y);

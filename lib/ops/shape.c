@@ -12,11 +12,17 @@ static int cl_is_contiguous_order(const dlt_tensor *x) {
            x->shape[1] == 1 || x->numel == 0;
 }
 
+/* the source's shape and format, which the gradient takes back */
+typedef struct reshape_attr {
+    int32_t ndim, format;
+    int64_t shape[DLT_MAX_DIMS];
+} reshape_attr;
+
 static dlt_status reshape_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     dlt_ctx *ctx = n->ctx;
-    int32_t ndim = (int32_t)n->ip[0], format = (int32_t)n->ip[9];
-    int64_t shape[DLT_MAX_DIMS];
-    for (int32_t i = 0; i < ndim; i++) shape[i] = n->ip[1 + i];
+    const reshape_attr *at = DLT_NODE_ATTR(n, reshape_attr);
+    const int32_t ndim = at->ndim, format = at->format;
+    const int64_t *shape = at->shape;
     dlt_tensor *g = gout[0], *src = g, *tmp = NULL, *dx = NULL;
     if (g->format != DLT_FORMAT_CONTIGUOUS) { /* views need the contiguous order */
         DLT_CHECK(dlt__tensor_new(ctx, g->dtype, g->shape, g->ndim, DLT_FORMAT_CONTIGUOUS,
@@ -82,9 +88,9 @@ dlt_status dlt_reshape(dlt_tensor *x, const int64_t *shape, int32_t ndim, dlt_te
     dlt_status st = dlt__tensor_view(src, s, ndim, DLT_FORMAT_CONTIGUOUS, F, &y);
     if (st == DLT_OK) st = dlt__record(ctx, "reshape", reshape_backward, &src, 1, &y, 1, &node);
     if (st == DLT_OK && node) {
-        node->ip[0] = src->ndim;
-        for (int32_t i = 0; i < src->ndim; i++) node->ip[1 + i] = src->shape[i];
-        node->ip[9] = src->format;
+        reshape_attr at = {src->ndim, src->format, {0}};
+        for (int32_t i = 0; i < src->ndim; i++) at.shape[i] = src->shape[i];
+        DLT_SET_ATTR(node, reshape_attr, at);
     }
     dlt_tensor_release(src);
     if (st != DLT_OK) {

@@ -14,7 +14,7 @@
  * in fp32, the scalars (1 - lr*wd, the bias corrections, the step size) computed in double
  * from the device's lr and step count and then rounded to f32, as PyTorch computes them in
  * Python floats. lr and wd are the parameter's group's. The element function is
- * dlt__adamw_elem (optim_internal.h), shared by lib/cpu/adamw.c and cuda/adamw.cu.
+ * dlt__adamw_elem (lib/kernel/optim.h), shared by lib/cpu/adamw.c and cuda/adamw.cu.
  *
  * The moments are created (zeros, PyTorch's zeros_like) at the first step where the
  * parameter has a gradient, before anything changes; the step count of each parameter

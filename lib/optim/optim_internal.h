@@ -1,17 +1,15 @@
 /*
- * optim_internal.h - the optimizer object (SGD, Adam/AdamW), the math shared by the CPU
- * and CUDA backends (learning-rate schedules, the Adam element update), and the narrow
- * interfaces used by the GradScaler (lib/amp) and by checkpoints (lib/io).
+ * optim_internal.h - the optimizer object (SGD, Adam/AdamW) and the narrow interfaces used
+ * by the GradScaler (lib/amp) and by checkpoints (lib/io). The math both backends run
+ * (learning-rate schedules, the Adam element update) and the step's launch structs are the
+ * kernel contract's (lib/kernel/optim.h); lib/cpu and cuda/ include that, never this header.
  *
  * State split: hyper-parameters, the parameter list and groups, the state tensors
  * (momentum buffers, moments) and the schedule settings live on the host (they only change
  * through API calls); everything a step changes (lrs, applied-step count, last_applied,
  * per-parameter flags or step counts) lives in one device block (dlt_optim_dev, the group
- * lrs and int32 per parameter, lib/core/internal.h). The host never needs to know whether
+ * lrs and int32 per parameter, lib/kernel/optim.h). The host never needs to know whether
  * a step was applied, which is what lets the GradScaler skip it on the device.
- *
- * Included from C (lib/) and from CUDA C++ (cuda/sgd.cu, cuda/adamw.cu, for the shared
- * math).
  */
 #ifndef DLT_OPTIM_INTERNAL_H
 #define DLT_OPTIM_INTERNAL_H
@@ -21,15 +19,11 @@
 #include <stdint.h>
 
 #include "../core/internal.h"
+#include "../kernel/optim.h"
+#include "optim_grads.h"
 
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#if defined(__CUDACC__)
-#define DLT_HD __host__ __device__
-#else
-#define DLT_HD
 #endif
 
 enum { DLT__OPT_SGD = 0, DLT__OPT_ADAM = 1 };
@@ -77,155 +71,6 @@ static inline int dlt__schedule_active(const dlt_lr_schedule *s) {
     return s->main_kind != DLT_LR_MAIN_NONE || s->warmup;
 }
 
-/* Group g's lr and schedule base inside a device block. */
-static inline DLT_HD float *dlt__optim_lr_at(dlt_optim_dev *d, int32_t g) {
-    return g == 0 ? &d->lr : &((dlt_optim_group_dev *)(d + 1))[g - 1].lr;
-}
-static inline DLT_HD double *dlt__optim_base_at(dlt_optim_dev *d, int32_t g) {
-    return g == 0 ? &d->base_lr : &((dlt_optim_group_dev *)(d + 1))[g - 1].base_lr;
-}
-
-/* The schedule formula (optim.h), in double: lr = main(base, t) * warmup(t), with
- *   StepLR:        main = base * gamma^floor(t / step_size)
- *   MultiStepLR:   main = base * gamma^(number of milestones <= t)
- *   Cosine:        main = eta_min + (base - eta_min) * (1 + cos(pi * min(t, T) / T)) / 2
- *   nanoGPT:       t < W: base * (t + 1) / (W + 1);  t > D: min_lr;
- *                  else min_lr + (1 + cos(pi * (t - W) / (D - W))) / 2 * (base - min_lr)
- *   ConstantLR:    main = base * (t < total_iters ? factor : 1)
- *   none:          main = base
- *   LinearLR:      warmup = start + (1 - start) * min(t, steps) / steps   (else 1)
- * Shared by the CPU backend and the CUDA kernels so both compute the same bits (up to the
- * last ulp of pow/cos in double, which the final rounding to f32 absorbs). */
-static inline DLT_HD double dlt__lr_schedule_eval(const dlt_lr_schedule *s, double base, int64_t t) {
-    const double pi = 3.14159265358979323846;
-    double lr = base;
-    switch (s->main_kind) {
-    case DLT_LR_MAIN_STEP:
-        lr = base * pow(s->gamma, (double)(t / s->step_size));
-        break;
-    case DLT_LR_MAIN_MULTISTEP: {
-        int32_t k = 0;
-        for (int32_t i = 0; i < s->n_milestones; i++) k += s->milestones[i] <= t;
-        lr = base * pow(s->gamma, (double)k);
-        break;
-    }
-    case DLT_LR_MAIN_COSINE: {
-        int64_t tt = t < s->t_max ? t : s->t_max;
-        lr = s->eta_min + (base - s->eta_min) * (1.0 + cos(pi * (double)tt / (double)s->t_max)) / 2.0;
-        break;
-    }
-    case DLT_LR_MAIN_WARMUP_COSINE: /* nanoGPT's get_lr(it), it = t, in its operation order */
-        if (t < s->wc_warmup) {
-            lr = base * (double)(t + 1) / (double)(s->wc_warmup + 1);
-        } else if (t > s->wc_decay) {
-            lr = s->wc_min_lr;
-        } else {
-            double ratio = (double)(t - s->wc_warmup) / (double)(s->wc_decay - s->wc_warmup);
-            double coeff = 0.5 * (1.0 + cos(pi * ratio));
-            lr = s->wc_min_lr + coeff * (base - s->wc_min_lr);
-        }
-        break;
-    case DLT_LR_MAIN_CONSTANT:
-        lr = t < s->const_iters ? base * s->const_factor : base;
-        break;
-    default: break;
-    }
-    if (s->warmup) {
-        int64_t tt = t < s->warmup_steps ? t : s->warmup_steps;
-        lr *= s->start_factor + (1.0 - s->start_factor) * (double)tt / (double)s->warmup_steps;
-    }
-    /* the lr is kept in fp32: a schedule that grows it (gamma > 1) stops at FLT_MAX instead
-     * of reaching inf, a value dlt_optimizer_set_lr and checkpoints refuse */
-    return lr > (double)FLT_MAX ? (double)FLT_MAX : lr;
-}
-
-/* The applied-step count after one more applied step: it saturates at INT64_MAX (a loaded
- * checkpoint may hold any count; the increment must not overflow). */
-static inline DLT_HD int64_t dlt__step_next(int64_t step) {
-    return step < INT64_MAX ? step + 1 : step;
-}
-
-/* Applies op to a device block (the CPU backend's sgd_state; CUDA's one-thread kernel). */
-static inline DLT_HD void dlt__optim_state_apply(dlt_optim_dev *d, const dlt_optim_state_op *op) {
-    if (op->write_step) d->step = op->step_value;
-    const int32_t ng = op->n_groups > 0 ? op->n_groups : 1;
-    const int32_t lo = op->one_group ? op->group : 0, hi = op->one_group ? op->group + 1 : ng;
-    for (int32_t g = lo; g < hi; g++) {
-        float *lr = dlt__optim_lr_at(d, g);
-        double *base = dlt__optim_base_at(d, g);
-        if (op->write_lr) *lr = (float)op->lr_value;
-        if (op->write_base) *base = op->base_value;
-        if (op->base_from_lr) *base = (double)*lr;
-        if (op->evaluate) *lr = (float)dlt__lr_schedule_eval(&op->schedule, *base, d->step);
-    }
-}
-
-/* ---- the Adam/AdamW element update (lib/optim/adamw.c states it), fp32 ----
- * Every product, quotient and square root is rounded on its own and every fused
- * multiply-add is explicit, on the host and on the device alike (nvcc would otherwise
- * contract a*b+c), so the CPU backend and the CUDA kernel give the same bits. */
-#if defined(__CUDA_ARCH__)
-#define DLT__FMUL(a, b) __fmul_rn((a), (b))
-#define DLT__FADD(a, b) __fadd_rn((a), (b))
-#define DLT__FSUB(a, b) __fsub_rn((a), (b))
-#define DLT__FDIV(a, b) __fdiv_rn((a), (b))
-#define DLT__FSQRT(a) __fsqrt_rn(a)
-#define DLT__FMA(a, b, c) __fmaf_rn((a), (b), (c))
-#else
-#define DLT__FMUL(a, b) ((a) * (b))
-#define DLT__FADD(a, b) ((a) + (b))
-#define DLT__FSUB(a, b) ((a) - (b))
-#define DLT__FDIV(a, b) ((a) / (b))
-#define DLT__FSQRT(a) sqrtf(a)
-#define DLT__FMA(a, b, c) fmaf((a), (b), (c))
-#endif
-
-/* Per-tensor scalars of one Adam step, from PyTorch's double arithmetic rounded to f32. */
-typedef struct dlt_adamw_scalars {
-    float decay;    /* AdamW: 1 - lr*wd */
-    float wd;       /* Adam: L2 coefficient added to the gradient */
-    float w1, w1c;  /* lerp weight 1 - beta1, and 1 - w1 (in f32) */
-    float b2, w2;   /* beta2, 1 - beta2 */
-    float bc2_sqrt; /* sqrt(1 - beta2^t) */
-    float eps;
-    float neg_step; /* -lr / (1 - beta1^t) */
-    int32_t use_decay, use_wd, maximize;
-} dlt_adamw_scalars;
-
-static inline DLT_HD void dlt__adamw_scalars(dlt_adamw_scalars *s, double lr, double wd,
-                                             int32_t decoupled, int32_t maximize, double beta1,
-                                             double beta2, double eps, int64_t t) {
-    const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
-    s->use_decay = decoupled && wd != 0.0;
-    s->use_wd = !decoupled && wd != 0.0;
-    s->decay = (float)(1.0 - lr * wd);
-    s->wd = (float)wd;
-    s->w1 = (float)(1.0 - beta1);
-    s->w1c = 1.0f - s->w1;
-    s->b2 = (float)beta2;
-    s->w2 = (float)(1.0 - beta2);
-    s->bc2_sqrt = (float)sqrt(bc2);
-    s->eps = (float)eps;
-    s->neg_step = (float)((lr / bc1) * -1.0);
-    s->maximize = maximize;
-}
-
-/* One element: returns the new parameter, updates *m and *v. */
-static inline DLT_HD float dlt__adamw_elem(const dlt_adamw_scalars *s, float p, float g, float *m,
-                                           float *v) {
-    if (s->maximize) g = -g;
-    if (s->use_decay) p = DLT__FMUL(p, s->decay);
-    if (s->use_wd) g = DLT__FMA(s->wd, p, g);
-    /* torch.lerp(m, g, w1), PyTorch's two-sided formula */
-    const float diff = DLT__FSUB(g, *m);
-    const float mv = s->w1 < 0.5f ? DLT__FMA(s->w1, diff, *m) : DLT__FSUB(g, DLT__FMUL(diff, s->w1c));
-    const float vv = DLT__FMA(s->w2, DLT__FMUL(g, g), DLT__FMUL(*v, s->b2));
-    const float denom = DLT__FADD(DLT__FDIV(DLT__FSQRT(vv), s->bc2_sqrt), s->eps);
-    *m = mv;
-    *v = vv;
-    return DLT__FMA(s->neg_step, DLT__FDIV(mv, denom), p);
-}
-
 /* ---- the optimizer core (lib/optim/optimizer.c), used by sgd.c and adamw.c ---- */
 /* Validates and deduplicates a parameter list against the optimizer's existing ones (a
  * tensor listed twice in the list counts once; one already in another group is
@@ -258,22 +103,7 @@ dlt_status dlt__adamw_step_impl(dlt_optimizer *opt, const void *found_inf, const
 /* Reads the device block (synchronises). */
 dlt_status dlt__optimizer_read_dev(dlt_optimizer *opt, dlt_optim_dev *d, const char *func);
 
-/* ---- for the GradScaler (lib/amp/scaler.c): the narrow gradients interface ---- */
-static inline dlt_ctx *dlt__optimizer_ctx(const dlt_optimizer *opt) { return opt->ctx; }
-static inline uint64_t dlt__optimizer_uid(const dlt_optimizer *opt) { return opt->uid; }
-/* The gradients the next step would use (parameters with a defined gradient, each once, in
- * parameter order). *grads is the optimizer's own array, valid until the next call on it:
- * callers may change the gradients' values, never the array. */
-void dlt__optimizer_grads(dlt_optimizer *opt, dlt_tensor ***grads, int32_t *n);
-/* Creates the state tensors the next step needs (parameters with a gradient and no state
- * yet), all or nothing. The step calls it first; the GradScaler calls it before it
- * unscales, so that a step failing for memory leaves the gradients and its stage as they
- * were. */
-dlt_status dlt__optimizer_prepare(dlt_optimizer *opt, const char *func);
-/* One step that the device skips when *found_inf != 0 (found_inf: device f32 on the
- * optimizer's context, or NULL for a plain step). Enqueued only. */
-dlt_status dlt__optimizer_step_found_inf(dlt_optimizer *opt, const void *found_inf,
-                                         const char *func);
+/* ---- for the GradScaler: optim_grads.h ---- */
 
 /* ---- for checkpoints (lib/io/checkpoint.c) ---- */
 /* DLT__OPT_SGD or DLT__OPT_ADAM. */

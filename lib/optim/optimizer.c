@@ -4,7 +4,7 @@
  * it), parameter groups, the device block of per-step values, the step entry points, the
  * lr setters and getters, and the gradients interface of the GradScaler.
  *
- * Device block (lib/core/internal.h): dlt_optim_dev (group 0's lr and base, the
+ * Device block (lib/kernel/optim.h): dlt_optim_dev (group 0's lr and base, the
  * applied-step count, last_applied), DLT_OPTIM_MAX_GROUPS - 1 group lrs, then one int32 per
  * parameter. Invariant kept by every writer: with no schedule active, each group's base ==
  * its lr. Adding a parameter group makes a larger block (copied on the device) and frees
@@ -274,6 +274,9 @@ dlt_status dlt__optimizer_prepare(dlt_optimizer *opt, const char *func) {
     dlt_tensor **slots[1] = {opt->bufs};
     return alloc_states(opt, slots, 1, func);
 }
+
+dlt_ctx *dlt__optimizer_ctx(const dlt_optimizer *opt) { return opt->ctx; }
+uint64_t dlt__optimizer_uid(const dlt_optimizer *opt) { return opt->uid; }
 
 void dlt__optimizer_grads(dlt_optimizer *opt, dlt_tensor ***grads, int32_t *n) {
     int32_t k = 0;

@@ -4,7 +4,7 @@
  * the main schedule. With parameter groups every group follows the schedule from its own
  * base (eta_min and min_lr are shared), as PyTorch's schedulers do.
  *
- * The formula (dlt__lr_schedule_eval, optim_internal.h) is evaluated on the device: by the
+ * The formula (dlt__lr_schedule_eval, lib/kernel/optim.h) is evaluated on the device: by the
  * SGD kernel's epilogue after every applied step (a step the GradScaler skipped leaves the
  * step count and the lr alone), and once when a schedule is set, so the lr is always
  * schedule(base, t) for the current applied-step count t (with a warm-up set before the

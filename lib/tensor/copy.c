@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/half.h"
+#include "../kernel/half.h"
 #include "../core/internal.h"
-#include "../core/philox.h"
+#include "../kernel/philox.h"
 
 dlt_status dlt_tensor_copy_to_host(const dlt_tensor *t, void *dst, size_t nbytes) {
     static const char *F = "dlt_tensor_copy_to_host";

@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/half.h"
 #include "../core/internal.h"
+#include "../kernel/half.h"
 
 #define P_FN "dlt_tensor_snprint"
 #define P_PRECISION 4

@@ -10,15 +10,26 @@
  * Error rows (ot_err) call an op with bad arguments and expect a status, a message naming
  * the function, and an untouched out-pointer.
  *
- * How to add an op (the whole checklist, five files for a new stem):
- *   1. include/dltrain/ops.h: the public declaration with its doc comment;
- *   2. lib/ops/<stem>.c: the front door (validation, autocast, tape node, backward);
- *   3. lib/cpu/<stem>.c and cuda/<stem>.cu: the kernels, entries in struct dlt_backend
- *      (lib/core/internal.h) and the ENTRIES macros of ops_cpu.h / ops_cuda.h;
- *   4. tests/ops/<stem>.c: rows (OT_CASES) with a float64 reference and error rows, and the
- *      stem in tests/ops/stems.h (its sources are listed in tests/meson.build);
- *   5. docs/ops.md: a table row; bindings/python: the _lib.py signature and a function.
- * An op built from other recorded ops (a composite) needs only 1, 2, 4 and 5.
+ * How to add an op (docs/architecture.md draws where each piece lives):
+ *  - a unary elementwise op (a code of the backend's `unary` entry) touches five files:
+ *     1. include/dltrain/ops.h: the declaration with its doc comment;
+ *     2. lib/kernel/unary.h: a DLT_UN_* code and its case in the four switches (value and
+ *        derivative; double for the CPU backend, fp32 for the CUDA kernels);
+ *     3. lib/ops/pointwise.c: the front door, one line through unary_op (and the op in
+ *        backward_needs / fp32_list when its backward reads the output or autocast runs it
+ *        in fp32);
+ *     4. tests/ops/pointwise.c: rows (OT_CASES) with a float64 reference, and error rows;
+ *     5. bindings/python/dltrain/_lib.py: its _SIGNATURES row (test_abi checks it against
+ *        the header);
+ *    then its row in docs/ops.md, `python3 scripts/gen_api_docs.py` for docs/api.md, and
+ *    its Python function in bindings/python/dltrain/ops.py (dlt_leaky_relu was added this
+ *    way: the five files, the two docs, ops.py and one line of its Python test);
+ *  - an op of a new stem brings its own files: lib/ops/<stem>.c, lib/cpu/<stem>.c and
+ *    cuda/<stem>.cu (one line each in meson.build), its entries appended to struct
+ *    dlt_backend (lib/core/internal.h) and to the ENTRIES macros of lib/cpu/ops_cpu.h and
+ *    cuda/ops_cuda.h, the math both backends must agree on in lib/kernel/, and
+ *    tests/ops/<stem>.c (listed in tests/meson.build and in OT_STEMS below);
+ *  - a composite (built from other recorded ops) needs only 1, its front door, 4 and 5.
  */
 #ifndef DLT_TEST_OP_TABLE_H
 #define DLT_TEST_OP_TABLE_H

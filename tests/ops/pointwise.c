@@ -7,7 +7,7 @@
 
 #include "op_common.h"
 
-enum { NEG, EXP, LOG, SQRT, RSQRT, ABS, POW, ADDS, GELU, GELU_T, SILU, SIGM, TANH, SOFTP };
+enum { NEG, EXP, LOG, SQRT, RSQRT, ABS, POW, ADDS, GELU, GELU_T, SILU, SIGM, TANH, SOFTP, LRELU };
 
 static dlt_status fwd(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out) {
     dlt_tensor *x = in[0];
@@ -25,6 +25,7 @@ static dlt_status fwd(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out)
     case SILU: return dlt_silu(x, out);
     case SIGM: return dlt_sigmoid(x, out);
     case TANH: return dlt_tanh(x, out);
+    case LRELU: return dlt_leaky_relu(x, c->fp[0], out);
     default: return dlt_softplus(x, out);
     }
 }
@@ -44,6 +45,7 @@ static double f(int64_t op, double x, double a) {
     case SILU: return x / (1.0 + exp(-x));
     case SIGM: return 1.0 / (1.0 + exp(-x));
     case TANH: return tanh(x);
+    case LRELU: return x >= 0.0 ? x : a * x; /* torch.nn.functional.leaky_relu */
     default: return log(1.0 + exp(x));
     }
 }
@@ -73,6 +75,11 @@ static const ot_case CASES[] = {
     R("tanh", TANH, 0, -3, 3, 0),
     R("softplus", SOFTP, 0, -8, 8, 0),
     R("softplus large", SOFTP, 0, 19, 30, 0),
+    /* leaky_relu: spaced values on both sides of its kink at 0, never on it */
+    R("leaky_relu 0.01", LRELU, 0.01, -0.25, 0.25, 1),
+    R("leaky_relu 0.2", LRELU, 0.2, -0.25, 0.25, 1),
+    R("leaky_relu negative slope", LRELU, -0.5, -0.25, 0.25, 1),
+    {"leaky_relu 1-D", fwd, ref, 1, {{OT_X, 1, {37}, -0.3, 0.3, 1}}, 1, {37}, -1, {LRELU}, {0.01}},
     {"gelu tanh 1-D", fwd, ref, 1, {{OT_X, 1, {37}, -2, 2, 0}}, 1, {37}, -1, {GELU_T}},
     {"exp empty", fwd, ref, 1, {{OT_X, 2, {0, 4}, 0, 0, 0}}, 2, {0, 4}, -1, {EXP}},
     /* integers (no gradient; the case dtype does not apply): exact in their dtype, or
@@ -131,10 +138,46 @@ static dlt_status e_null(dlt_ctx *ctx, int *out_touched) {
     OT_TOUCHED(o);
     return st;
 }
+/* leaky_relu at its kink and on NaN, exactly (PyTorch: x > 0 ? x : slope x, gradient
+ * x > 0 ? 1 : slope, so 0 and NaN take the slope's side) */
+static dlt_status e_lrelu_exact(dlt_ctx *ctx, int *out_touched) {
+    *out_touched = 0;
+    const int64_t n = 5;
+    const float v[5] = {-2.0f, -0.0f, 0.0f, 3.0f, NAN}, ones[5] = {1, 1, 1, 1, 1};
+    dlt_tensor *x = NULL, *g = NULL, *y = NULL;
+    float out[5], dx[5];
+    dlt_status st = dlt_tensor_from_host(ctx, DLT_F32, &n, 1, 0, v, sizeof v, &x);
+    if (st == DLT_OK) st = dlt_tensor_from_host(ctx, DLT_F32, &n, 1, 0, ones, sizeof ones, &g);
+    if (st == DLT_OK) st = dlt_tensor_set_requires_grad(x, 1);
+    if (st == DLT_OK) st = dlt_leaky_relu(x, 0.125, &y);
+    if (st == DLT_OK) st = dlt_backward(y, g);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(y, out, sizeof out);
+    if (st == DLT_OK && !dlt_tensor_grad(x)) st = DLT_ERR_INTERNAL;
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(dlt_tensor_grad(x), dx, sizeof dx);
+    if (st == DLT_OK && !(out[0] == -0.25f && out[1] == 0.0f && signbit(out[1]) && out[2] == 0.0f &&
+                          !signbit(out[2]) && out[3] == 3.0f && isnan(out[4])))
+        st = DLT_ERR_INTERNAL;
+    if (st == DLT_OK && !(dx[0] == 0.125f && dx[1] == 0.125f && dx[2] == 0.125f && dx[3] == 1.0f &&
+                          dx[4] == 0.125f))
+        st = DLT_ERR_INTERNAL;
+    dlt_tensor_release(y);
+    dlt_tensor_release(g);
+    dlt_tensor_release(x);
+    return st;
+}
+static dlt_status e_lrelu_null(dlt_ctx *ctx, int *out_touched) {
+    (void)ctx;
+    dlt_tensor *o = OT_SENTINEL;
+    dlt_status st = dlt_leaky_relu(NULL, 0.01, &o);
+    OT_TOUCHED(o);
+    return st;
+}
 static const ot_err ERRORS[] = {
     {"integers: neg/abs/whole adds exact, fractions and exp promote to f32", e_int, DLT_OK},
     {"gelu with an unknown approximation", e_gelu_mode, DLT_ERR_INVALID_ARGUMENT},
     {"tanh of NULL", e_null, DLT_ERR_NULL_POINTER},
+    {"leaky_relu at 0, -0 and NaN: values and gradients exact", e_lrelu_exact, DLT_OK},
+    {"leaky_relu of NULL", e_lrelu_null, DLT_ERR_NULL_POINTER},
 };
 
 OT_STEM(pointwise, CASES, ERRORS);

@@ -163,6 +163,7 @@ _SIGNATURES = {
     "dlt_sigmoid": (STATUS, [PTR, P(PTR)]),
     "dlt_tanh": (STATUS, [PTR, P(PTR)]),
     "dlt_softplus": (STATUS, [PTR, P(PTR)]),
+    "dlt_leaky_relu": (STATUS, [PTR, F64, P(PTR)]),
     "dlt_sum_dims": (STATUS, [PTR, P(I32), I32, I32, P(PTR)]),
     "dlt_mean_dims": (STATUS, [PTR, P(I32), I32, I32, P(PTR)]),
     "dlt_amax": (STATUS, [PTR, P(I32), I32, I32, P(PTR)]),

@@ -27,7 +27,7 @@ __all__ = ["conv2d", "batch_norm2d", "batch_norm2d_act", "relu", "max_pool2d",
            "REDUCTION_SUM", "REDUCTION_NONE", "GELU_NONE", "GELU_TANH",
            "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "pow", "add_scalar",
            "gelu", "silu", "sigmoid", "tanh", "softplus", "sum_dims", "mean_dims", "amax", "argmax",
-           "softmax", "log_softmax", "layer_norm", "dropout", "embedding",
+           "softmax", "log_softmax", "layer_norm", "dropout", "embedding", "leaky_relu",
            "scaled_dot_product_attention", "matmul", "bmm", "transpose", "permute", "narrow",
            "split", "cat", "contiguous", "expand", "mse_loss", "binary_cross_entropy_with_logits"]
 
@@ -253,6 +253,11 @@ def tanh(x):
 
 def softplus(x):
     return _unary(lib.dlt_softplus, x)
+
+
+def leaky_relu(x, negative_slope=0.01):
+    """torch.nn.functional.leaky_relu: x where x > 0, else negative_slope * x."""
+    return _call(lib.dlt_leaky_relu, (x,), _t(x, "x"), float(negative_slope))
 
 
 # ---- reductions --------------------------------------------------------------------------

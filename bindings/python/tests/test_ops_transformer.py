@@ -38,6 +38,8 @@ def test_activations_softmax_layer_norm():
     xd = x.astype(np.float64)
     gelu = 0.5 * xd * (1 + np.tanh(math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))
     assert np.allclose(_arr(np, F.gelu(t, approximate="tanh")), gelu, atol=1e-6)
+    assert np.allclose(_arr(np, F.leaky_relu(t)), np.where(xd > 0, xd, 0.01 * xd), atol=1e-7)
+    assert np.allclose(_arr(np, F.leaky_relu(t, 0.2)), np.where(xd > 0, xd, 0.2 * xd), atol=1e-7)
     e = np.exp(xd - xd.max(-1, keepdims=True))
     assert np.allclose(_arr(np, F.softmax(t, -1)), e / e.sum(-1, keepdims=True), atol=1e-6)
     mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)

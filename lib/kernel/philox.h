@@ -12,11 +12,7 @@
 #include <stdint.h>
 #include <math.h>
 
-#if defined(__CUDACC__)
-#define DLT_HD __host__ __device__ __forceinline__
-#else
-#define DLT_HD static inline
-#endif
+#include "hd.h"
 
 typedef struct dlt_philox_out {
     uint32_t v[4];

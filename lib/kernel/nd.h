@@ -49,26 +49,7 @@ enum {
     DLT_BIN_EQ = 3,  /* a == b ? 1 : 0 */
 };
 
-/* Unary elementwise ops (entries `unary`, `unary_bwd`). alpha is the op's scalar. The
- * backward reads x (or y where the derivative is cheaper from the output: sigmoid, tanh,
- * exp, sqrt, rsqrt). */
-enum {
-    DLT_UN_NEG = 0,
-    DLT_UN_EXP = 1,
-    DLT_UN_LOG = 2,
-    DLT_UN_SQRT = 3,
-    DLT_UN_RSQRT = 4,
-    DLT_UN_ABS = 5,
-    DLT_UN_POW = 6,        /* x ^ alpha */
-    DLT_UN_ADD_SCALAR = 7, /* x + alpha */
-    DLT_UN_GELU = 8,       /* 0.5 x (1 + erf(x / sqrt 2)) */
-    DLT_UN_GELU_TANH = 9,  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    DLT_UN_SILU = 10,      /* x * sigmoid(x) */
-    DLT_UN_SIGMOID = 11,
-    DLT_UN_TANH = 12,
-    DLT_UN_SOFTPLUS = 13,  /* log(1 + exp(x)), stable */
-    DLT_UN_COUNT = 14
-};
+/* Unary elementwise ops (entries `unary`, `unary_bwd`): DLT_UN_*, lib/kernel/unary.h. */
 
 /* Reductions (entry `reduce`). */
 enum {

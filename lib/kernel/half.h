@@ -9,20 +9,22 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t dlt__f32_bits(float f) {
+#include "hd.h"
+
+DLT_HD uint32_t dlt__f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
-static inline float dlt__bits_f32(uint32_t u) {
+DLT_HD float dlt__bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-static inline float dlt__bf16_to_f32(uint16_t h) { return dlt__bits_f32((uint32_t)h << 16); }
+DLT_HD float dlt__bf16_to_f32(uint16_t h) { return dlt__bits_f32((uint32_t)h << 16); }
 
-static inline uint16_t dlt__f32_to_bf16(float f) {
+DLT_HD uint16_t dlt__f32_to_bf16(float f) {
     uint32_t u = dlt__f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
     uint32_t lsb = (u >> 16) & 1u;
@@ -30,7 +32,7 @@ static inline uint16_t dlt__f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static inline float dlt__f16_to_f32(uint16_t h) {
+DLT_HD float dlt__f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -54,7 +56,7 @@ static inline float dlt__f16_to_f32(uint16_t h) {
     return dlt__bits_f32(u);
 }
 
-static inline uint16_t dlt__f32_to_f16(float f) {
+DLT_HD uint16_t dlt__f32_to_f16(float f) {
     uint32_t u = dlt__f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t au = u & 0x7fffffffu;

@@ -1,0 +1,109 @@
+/*
+ * tape.h - the autograd tape (lib/core/tape.c): the per-context record of nodes, the nodes
+ * with their edges, saved tensors and typed per-op attributes, and the grad slots a backward
+ * function fills. Part of lib/core/internal.h.
+ */
+#ifndef DLT_CORE_TAPE_H
+#define DLT_CORE_TAPE_H
+
+#include <stdint.h>
+
+#include "dltrain/tensor.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlt_node dlt_node;
+
+/* The context's tape (struct dlt_ctx holds one). */
+typedef struct dlt_tape {
+    dlt_node **slots; /* weak pointers in recording order; NULL once a node dies */
+    int64_t n, cap;
+    int64_t live; /* nodes alive */
+    uint64_t next_seq;
+    /* leaf-gradient accumulations deferred to the end of the running backward (tape.c) */
+    dlt_tensor **pend_dst, **pend_src;
+    int32_t *pend_beta;
+    int32_t n_pend, cap_pend;
+    int64_t pend_bytes; /* queued gradient bytes (flushed at DLT_GRAD_QUEUE_MAX) */
+    int32_t in_backward;
+} dlt_tape;
+
+/* ---------------------------------------------------------------------------------------
+ * Autograd tape (lib/core/tape.c)
+ * ------------------------------------------------------------------------------------- */
+#define DLT_NODE_MAX_IN 8
+#define DLT_NODE_MAX_OUT 8
+#define DLT_NODE_MAX_SAVED 8
+#define DLT_NODE_ATTR_BYTES 256
+/* The node's attributes as the op's struct T (checked to fit where it is used). */
+#define DLT_NODE_ATTR(node, T) ((T *)(void *)(node)->attr.bytes)
+
+/* Where the gradient of a node input goes: into another node's output slot, into a leaf's
+ * .grad, or nowhere (input needs no gradient). */
+typedef struct dlt_edge {
+    dlt_node *node; /* strong reference */
+    int32_t index;
+    dlt_tensor *leaf; /* strong reference */
+} dlt_edge;
+
+/* What backward receives for each input. needed: a gradient is wanted. For a leaf whose
+ * buffer can be written directly, dst is that buffer and beta says overwrite (0) or
+ * accumulate (1); a backward that writes it sets written = 1. Otherwise the backward sets
+ * result to a new tensor and the tape delivers it. dlt__grad_slot_store does either. */
+typedef struct dlt_grad_slot {
+    int32_t needed;
+    dlt_tensor *dst; /* borrowed, may be NULL */
+    int32_t beta;
+    int32_t written;
+    dlt_tensor *result; /* new reference, or NULL */
+} dlt_grad_slot;
+
+typedef dlt_status (*dlt_backward_fn)(dlt_node *node, dlt_tensor *const *grad_out,
+                                      dlt_grad_slot *grad_in);
+
+struct dlt_node {
+    int32_t refcount;
+    dlt_ctx *ctx;
+    const char *name; /* op name, static string */
+    dlt_backward_fn backward;
+    int32_t n_in, n_out;
+    dlt_edge next[DLT_NODE_MAX_IN];
+    /* dtype/shape of each input, for checks and for leaf-dtype casts */
+    dlt_tensor *grad_accum[DLT_NODE_MAX_OUT]; /* gradients of outputs summed during backward */
+    dlt_tensor *saved[DLT_NODE_MAX_SAVED];    /* strong references, dropped after backward */
+    int32_t n_saved;
+    /* typed per-op attributes: an op stores its own struct here (DLT_NODE_ATTR) */
+    union {
+        double d_;
+        int64_t i_;
+        unsigned char bytes[DLT_NODE_ATTR_BYTES];
+    } attr;
+    int64_t slot;   /* position in ctx->tape.slots */
+    uint64_t seq;
+    int32_t consumed;
+};
+
+/* Whether an op with these inputs must be recorded (grad mode on and some input needs
+ * a gradient). */
+int dlt__needs_grad(const dlt_ctx *ctx, dlt_tensor *const *inputs, int32_t n);
+/* Creates a node for an op, with edges for its inputs, appends it to the tape, and makes
+ * outputs[i]->grad_fn point to it. Returns NULL node (and DLT_OK) when nothing needs
+ * recording. The caller then saves tensors (dlt__save) and stores the op's attribute
+ * struct (DLT_SET_ATTR, lib/ops/ops_internal.h) in *out_node. */
+dlt_status dlt__record(dlt_ctx *ctx, const char *name, dlt_backward_fn backward,
+                       dlt_tensor *const *inputs, int32_t n_in, dlt_tensor *const *outputs,
+                       int32_t n_out, dlt_node **out_node);
+/* Saves a tensor for backward (takes a reference). */
+void dlt__save(dlt_node *node, dlt_tensor *t);
+void dlt__node_release(dlt_node *node);
+void dlt__tape_fini(dlt_ctx *ctx);
+/* Writes a computed gradient into a slot's destination (dst with beta) and releases it. */
+dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
