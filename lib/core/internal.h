@@ -61,6 +61,21 @@ typedef struct dlt_storage dlt_storage;
 /* ---------------------------------------------------------------------------------------
  * Context
  * ------------------------------------------------------------------------------------- */
+/* dist: hooks a context's tape calls during every backward (lib/core/tape.c), so DDP
+ * (lib/dist/ddp.c) can reduce a gradient bucket as soon as its gradients are final. begin
+ * runs before the walk, leaf_ready once for each leaf (requires_grad tensor) reachable
+ * from the root, right after the last node that feeds it ran (its gradient is final,
+ * although a deferred fp16/bf16 accumulation may still be queued: dlt__tape_flush), end
+ * after the walk with the walk's status (also when it failed). A failing hook stops the
+ * backward with its status. */
+#define DLT_TAPE_MAX_HOOKS 4
+typedef struct dlt_tape_hook {
+    void *user;
+    dlt_status (*begin)(void *user);
+    dlt_status (*leaf_ready)(void *user, dlt_tensor *leaf);
+    dlt_status (*end)(void *user, dlt_status st);
+} dlt_tape_hook;
+
 typedef struct dlt_tape {
     dlt_node **slots; /* weak pointers in recording order; NULL once a node dies */
     int64_t n, cap;
@@ -73,6 +88,10 @@ typedef struct dlt_tape {
     int64_t pend_bytes; /* queued gradient bytes */
     int64_t pend_limit; /* flush at this many (DLT_GRAD_QUEUE_MAX, read once; 0 = not read yet) */
     int32_t in_backward;
+    /* dist: the hooks above, and the generation that marks one backward's pre-scan */
+    dlt_tape_hook hooks[DLT_TAPE_MAX_HOOKS];
+    int32_t n_hooks;
+    uint64_t hook_gen;
 } dlt_tape;
 
 #define DLT_AUTOCAST_MAX_DEPTH 16
@@ -166,6 +185,11 @@ struct dlt_tensor {
     uint64_t version;
     dlt_tensor *lp_copy[2];      /* [0] f16, [1] bf16 */
     uint64_t lp_version[2];
+
+    /* dist: uses of this leaf left in the running backward (tape hooks), valid when
+     * hook_gen is the tape's current generation */
+    uint64_t hook_gen;
+    int32_t hook_uses;
 };
 
 static inline void *dlt__data(const dlt_tensor *t) {
@@ -420,6 +444,10 @@ typedef struct dlt_data_launch {
     int64_t sample_numel;           /* elements of one record */
     size_t record_bytes;            /* sample_numel * element size */
     int64_t C, H, W;                /* 3-D samples (images, channels-last output); else 1 */
+    /* dist (a loader's shard of the epoch, lib/dist/sampler.c): the augmentation draw of
+     * position p is keyed by p * aug_stride + aug_offset, the sample's position in the
+     * whole padded epoch, so a run over N ranks augments as one rank does; 0, 0: by p */
+    int64_t aug_stride, aug_offset;
 } dlt_data_launch;
 
 /* Token batches (lib/data/tokens.c): row b of draw s = cursor->batch starts at offset
@@ -432,7 +460,29 @@ typedef struct dlt_token_launch {
     uint64_t seed;
     int64_t batch_size, block_size; /* B, T */
     dlt_tensor *x, *y;              /* [B, T] int32 or int64, same dtype */
+    /* dist: row b draws as row b + row_offset (rank * B for a shard: N ranks of B rows draw
+     * what one loader of N*B rows draws) */
+    int64_t row_offset;
 } dlt_token_launch;
+
+/* dist: one NCCL collective (cuda/nccl.c). count is in elements: the whole tensor for
+ * all-reduce and broadcast, one rank's part for all-gather (send) and reduce-scatter
+ * (recv). dtype is a DLT_* dtype, op a DLT_REDUCE_* (dist.h). */
+#define DLT_COLL_ALL_REDUCE 0
+#define DLT_COLL_BROADCAST 1
+#define DLT_COLL_ALL_GATHER 2
+#define DLT_COLL_REDUCE_SCATTER 3
+typedef struct dlt_nccl_launch {
+    int32_t coll;
+    int32_t dtype;
+    int32_t op;
+    int32_t root;
+    const void *send;
+    void *recv;
+    size_t count;
+    int32_t side; /* 1: on the communicator's side stream (DDP's overlap), 0: the context's */
+    int32_t pad_;
+} dlt_nccl_launch;
 
 struct dlt_backend {
     const char *name;
@@ -671,6 +721,28 @@ struct dlt_backend {
     dlt_status (*data_cursor_advance)(dlt_ctx *ctx, dlt_data_cursor *cursor);
     /* one batch of token windows (see dlt_token_launch); x, y written, nothing else */
     dlt_status (*data_tokens)(dlt_ctx *ctx, const dlt_token_launch *L);
+    /* dist (lib/dist, cuda/nccl.c): NCCL between GPUs, loaded with dlopen. NULL on the CPU,
+     * whose tensors go through lib/dist's TCP transport. comm is the backend's handle. */
+    /* NCCL's 128-byte unique id into id (ctx may be NULL); *version (may be NULL) receives
+     * the loaded library's NCCL_VERSION_CODE */
+    dlt_status (*nccl_unique_id)(dlt_ctx *ctx, void *id, size_t n, int32_t *version);
+    /* a communicator of world ranks on ctx's device, its side stream and its watchdog
+     * (which aborts it when an enqueued collective outlives timeout_ms) */
+    dlt_status (*nccl_init)(dlt_ctx *ctx, const void *id, int32_t rank, int32_t world,
+                            int64_t timeout_ms, void **comm);
+    /* abort = 1: ncclCommAbort (a peer failed: do not wait for it), else ncclCommDestroy */
+    void (*nccl_free)(dlt_ctx *ctx, void *comm, int32_t abort);
+    dlt_status (*nccl_run)(dlt_ctx *ctx, void *comm, const dlt_nccl_launch *L);
+    /* fork: the side stream waits for the context stream's work so far; join: the context
+     * stream waits for the side stream's. Both are capturable. */
+    dlt_status (*nccl_fork)(dlt_ctx *ctx, void *comm);
+    dlt_status (*nccl_join)(dlt_ctx *ctx, void *comm);
+    /* DLT_OK, or the asynchronous failure (ncclCommGetAsyncError, the watchdog's timeout)
+     * after which the communicator was aborted */
+    dlt_status (*nccl_check)(dlt_ctx *ctx, void *comm);
+    /* waits until the context stream's work so far is done, polling for failures and the
+     * timeout instead of blocking in the driver (a dead peer cannot hang the caller) */
+    dlt_status (*nccl_wait)(dlt_ctx *ctx, void *comm);
 };
 
 const dlt_backend *dlt__cpu_backend(void);
@@ -746,6 +818,7 @@ struct dlt_node {
     int64_t slot;   /* position in ctx->tape.slots */
     uint64_t seq;
     int32_t consumed;
+    uint64_t hook_gen; /* dist: reachable from the running backward's root (tape hooks) */
 };
 
 /* Whether an op with these inputs must be recorded (grad mode on and some input needs
@@ -763,6 +836,21 @@ void dlt__node_release(dlt_node *node);
 void dlt__tape_fini(dlt_ctx *ctx);
 /* Writes a computed gradient into a slot's destination (dst with beta) and releases it. */
 dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g);
+
+/* ---------------------------------------------------------------------------------------
+ * dist (lib/dist): the narrow hooks DDP and the communicator use elsewhere
+ * ------------------------------------------------------------------------------------- */
+/* Adds a hook to ctx's tape (DLT_ERR_INVALID_STATE when DLT_TAPE_MAX_HOOKS are set or a
+ * backward is running); removes the hook with this user pointer (no-op when absent). */
+dlt_status dlt__tape_hook_add(dlt_ctx *ctx, const dlt_tape_hook *h, const char *func);
+void dlt__tape_hook_remove(dlt_ctx *ctx, void *user);
+/* Applies the queued deferred leaf accumulations now (tape.c). */
+dlt_status dlt__tape_flush(dlt_ctx *ctx);
+/* The GradScaler calls fn(user, ctx, flag) after every unscale that wrote a found_inf flag
+ * (device f32, one element), before any step reads it: a communicator reduces it (max)
+ * across processes there. fn NULL removes the hook. */
+typedef dlt_status (*dlt__found_inf_hook)(void *user, dlt_ctx *ctx, float *flag);
+void dlt__grad_scaler_set_found_inf_hook(dlt_grad_scaler *s, dlt__found_inf_hook fn, void *user);
 
 /* ---------------------------------------------------------------------------------------
  * Internal ops for modules (lib/ops)
