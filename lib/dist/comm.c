@@ -421,8 +421,9 @@ static dlt_status tcp_checked(dlt_comm *c, int32_t coll, const void *send, void 
 static dlt_status run_raw(dlt_comm *c, int32_t coll, const void *send, void *recv, size_t count,
                           int32_t dtype, int32_t arg, int32_t side, const char *func) {
     DLT_CHECK(dlt__comm_ok(c, func));
-    if (c->world == 1) {
-        /* one rank: the collectives are copies (or nothing) */
+    if (c->world == 1 && !c->nccl) {
+        /* one rank: the collectives are copies (or nothing). A one-rank NCCL communicator
+         * does go through NCCL: one GPU then runs DDP's whole path (gpu_check.sh). */
         if (send != recv && count && (coll == DLT_COLL_ALL_GATHER || coll == DLT_COLL_REDUCE_SCATTER))
             DLT_CHECK(c->ctx->be->memcpy_d2d(c->ctx, recv, send, count * dlt__dtype_size(dtype)));
         return DLT_OK;

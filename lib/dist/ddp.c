@@ -116,7 +116,8 @@ static dlt_status launch_ready(dlt_ddp *d) {
 
 static dlt_status hook_begin(void *user) {
     dlt_ddp *d = user;
-    d->active = !d->no_sync && d->comm->world > 1;
+    /* one rank has nothing to average; a one-rank NCCL communicator still runs the path */
+    d->active = !d->no_sync && (d->comm->world > 1 || d->comm->nccl);
     if (!d->active) return DLT_OK;
     DLT_CHECK(dlt__comm_ok(d->comm, F_BWD));
     memset(d->ready, 0, (size_t)d->np);
@@ -443,7 +444,7 @@ dlt_status dlt_ddp_create(dlt_comm *c, dlt_module *m, dlt_ddp **out) {
 dlt_status dlt_ddp_forward(dlt_ddp *d, dlt_tensor *x, dlt_tensor **out) {
     static const char *F = "dlt_ddp_forward";
     DLT_NULL_CHECK(d, F);
-    if (d->o.broadcast_buffers && d->comm->world > 1 && dlt_module_is_training(d->m))
+    if (d->o.broadcast_buffers && (d->comm->world > 1 || d->comm->nccl) && dlt_module_is_training(d->m))
         DLT_CHECK(sync_module(d, 1, F));
     dlt_status st = dlt_module_forward(d->m, x, out);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
