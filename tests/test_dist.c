@@ -909,6 +909,16 @@ static void buckets_rank(int rank, int world, void *arg) {
            i, n, idx[0], (long long)bytes);
     }
     CST(dlt_ddp_bucket(d, 3, NULL, 0, NULL, NULL), DLT_ERR_INVALID_ARGUMENT, "bucket 3");
+    dlt_ddp_destroy(d);
+    /* a frozen parameter (requires_grad 0) is in no bucket and keeps having no gradient */
+    dlt_tensor *frozen = NULL;
+    COK(dlt_module_find(seq, "l0.bias", &frozen));
+    COK(dlt_tensor_set_requires_grad(frozen, 0));
+    COK(dlt_ddp_create_ex(c, seq, &o, &d));
+    int32_t idx2[8], n2 = 0;
+    COK(dlt_ddp_bucket(d, 1, idx2, 8, &n2, NULL));
+    CC(n2 == 3 && idx2[0] == 2 && dlt_tensor_grad(frozen) == NULL, "frozen bias: bucket 1 has %d from %d", n2, idx2[0]);
+    COK(dlt_tensor_set_requires_grad(frozen, 1));
     CST(dlt_ddp_bucket(NULL, 0, NULL, 0, NULL, NULL), DLT_ERR_NULL_POINTER, NULL);
     CST(dlt_ddp_no_sync(d, 2), DLT_ERR_INVALID_ARGUMENT, "0 or 1");
     dlt_ddp_destroy(d);

@@ -204,7 +204,8 @@ DLT_API void dlt_ddp_options_default(dlt_ddp_options *o);
 /**
  * DistributedDataParallel(m): m's parameters and buffers are broadcast from rank 0 (all
  * replicas start equal; the ranks first check that they hold the same parameter shapes),
- * and every later backward through m averages the parameter gradients over the ranks:
+ * and every later backward through m averages the gradients of the parameters that require
+ * a gradient (frozen ones are left alone, as in DDP) over the ranks:
  *  - parameters are put into buckets as DDP does: in m's parameter order, closing a bucket
  *    when it reaches first_bucket_mb (the first one) or bucket_cap_mb (later ones), then
  *    reduced in reverse order (the order backward produces gradients);

@@ -132,7 +132,7 @@ static dlt_status hook_leaf_ready(void *user, dlt_tensor *leaf) {
     dlt_ddp *d = user;
     if (!d->active) return DLT_OK;
     int32_t i = lookup(d, leaf);
-    if (i < 0 || d->ready[i]) return DLT_OK;
+    if (i < 0 || d->bucket_of[i] < 0 || d->ready[i]) return DLT_OK;
     d->ready[i] = 1;
     d->b[d->bucket_of[i]].pending--;
     return launch_ready(d);
@@ -179,6 +179,10 @@ static dlt_status assign_buckets(dlt_ddp *d, const char *func) {
     }
     for (int32_t i = 0; i < d->np; i++) {
         const int32_t k = d->params[i]->dtype;
+        if (!d->params[i]->requires_grad) { /* frozen: no gradient to average (as DDP) */
+            member[i] = -1;
+            continue;
+        }
         if (open_id[k] < 0) {
             open_id[k] = nb++;
             bs[open_id[k]].dtype = k;
@@ -201,6 +205,7 @@ static dlt_status assign_buckets(dlt_ddp *d, const char *func) {
         bs[bi].n = 0;
     }
     for (int32_t i = 0; i < d->np; i++) {
+        if (member[i] < 0) continue;
         ddp_bucket *b = &bs[member[i]];
         b->idx[b->n++] = i;
     }
@@ -260,6 +265,7 @@ static dlt_status make_views(dlt_ddp *d, const char *func) {
     if (st == DLT_OK)
         for (int32_t i = 0; i < d->np; i++) {
             dlt_tensor *p = d->params[i];
+            if (!views[i]) continue; /* frozen */
             dlt_tensor_release(p->grad);
             p->grad = views[i];
             views[i] = NULL;
@@ -418,6 +424,7 @@ dlt_status dlt_ddp_create_ex(dlt_comm *c, dlt_module *m, const dlt_ddp_options *
     }
     DLT_CHECK_GOTO(st, dlt_module_params(m, d->params, np, NULL), fail);
     for (int32_t i = 0; i < np; i++) {
+        d->bucket_of[i] = -1;
         uint32_t h = hash_ptr(d->params[i]) & (cap - 1);
         while (d->keys[h]) h = (h + 1) & (cap - 1);
         d->keys[h] = d->params[i];
