@@ -980,6 +980,53 @@ static void test_ddp_different_models_refused(void) {
     expect_clean(2, ws);
 }
 
+/* Two models on one context, each with its DDP: a backward through one leaves the other's
+ * gradients alone (no zeros launched for it). */
+static void two_models_rank(int rank, int world, void *arg) {
+    (void)arg;
+    dlt_ctx *ctx = cpu_ctx(9 + (uint64_t)rank);
+    dlt_module *a = NULL, *b = NULL;
+    COK(dlt_linear_create(ctx, 3, 2, 1, &a));
+    COK(dlt_linear_create(ctx, 3, 2, 1, &b));
+    dlt_comm *c = NULL;
+    dlt_ddp *da = NULL, *db = NULL;
+    COK(mk_comm(ctx, rank, world, 30000, &c));
+    COK(dlt_ddp_create(c, a, &da));
+    COK(dlt_ddp_create(c, b, &db));
+    float xh[3] = {1.0f + rank, 2.0f, -1.0f};
+    int64_t xs[2] = {1, 3};
+    dlt_tensor *x = NULL, *y = NULL, *s = NULL, *wa = NULL, *wb = NULL;
+    COK(dlt_tensor_from_host(ctx, DLT_F32, xs, 2, 0, xh, sizeof xh, &x));
+    COK(dlt_ddp_forward(da, x, &y));
+    COK(dlt_sum(y, &s));
+    COK(dlt_backward(s, NULL));
+    COK(dlt_module_find(a, "weight", &wa));
+    COK(dlt_module_find(b, "weight", &wb));
+    double g = 0;
+    COK(dlt_tensor_get(dlt_tensor_grad(wa), 0, &g));
+    /* d(sum)/dw[0][0] = x[0], averaged over the ranks: (1 + 2) / 2 on 2 ranks */
+    CC(g == (1.0 + world) / 2.0, "A's gradient %g", g);
+    CC(dlt_tensor_grad(wb) == NULL, "B got a gradient from A's backward");
+    int32_t during = 0, after = 0;
+    COK(dlt_ddp_overlap(db, &during, &after));
+    CC(during == 0 && after == 0, "B launched %d + %d buckets", during, after);
+    dlt_tensor_release(x);
+    dlt_tensor_release(y);
+    dlt_tensor_release(s);
+    dlt_ddp_destroy(da);
+    dlt_ddp_destroy(db);
+    dlt_comm_destroy(c);
+    dlt_module_destroy(a);
+    dlt_module_destroy(b);
+    dlt_ctx_destroy(ctx);
+}
+
+static void test_ddp_two_models_one_context(void) {
+    int ws[MAXR];
+    run_ranks(2, 2, two_models_rank, NULL, 60, ws);
+    expect_clean(2, ws);
+}
+
 /* =========================================================================================
  * The GradScaler: an inf on one rank skips the step on every rank
  * ======================================================================================= */
@@ -1366,6 +1413,7 @@ int main(void) {
     RUN(test_ddp_gpt_tied_weights);
     RUN(test_ddp_buckets_as_pytorch);
     RUN(test_ddp_different_models_refused);
+    RUN(test_ddp_two_models_one_context);
     RUN(test_scaler_skips_the_same_steps_everywhere);
     RUN(test_sampler_matches_pytorch);
     RUN(test_sharded_batches_equal_the_global_batch);

@@ -119,6 +119,15 @@ static dlt_status hook_begin(void *user) {
     /* one rank has nothing to average; a one-rank NCCL communicator still runs the path */
     d->active = !d->no_sync && (d->comm->world > 1 || d->comm->nccl);
     if (!d->active) return DLT_OK;
+    /* a backward that reaches none of the module's parameters (another model on the same
+     * context) is not this DDP's: the tape's pre-scan counted the uses of every leaf */
+    int reached = 0;
+    for (int32_t i = 0; i < d->np && !reached; i++)
+        reached = d->params[i]->hook_gen == d->ctx->tape.hook_gen && d->params[i]->hook_uses > 0;
+    if (!reached) {
+        d->active = 0;
+        return DLT_OK;
+    }
     DLT_CHECK(dlt__comm_ok(d->comm, F_BWD));
     memset(d->ready, 0, (size_t)d->np);
     for (int32_t i = 0; i < d->nb; i++) d->b[i].pending = d->b[i].n;
