@@ -404,10 +404,16 @@ static int nccl_op(int32_t op) {
 static dlt_status nccl_run(dlt_ctx *ctx, void *comm, const dlt_nccl_launch *L) {
     static const char *F = "dlt_comm";
     nccl_comm *c = comm;
-    DLT_CHECK(failed_status(c, F));
     cudaStream_t s = L->side ? c->side : dlt__stream(ctx);
     const int dt = nccl_dtype(L->dtype);
     nccl_res r;
+    /* under the lock: NCCL forbids two threads on one communicator at once, and the watchdog
+     * (CommGetAsyncError, CommAbort, which frees it) must not run while this call enqueues */
+    pthread_mutex_lock(&c->mu);
+    if (c->failed != DLT_OK) {
+        pthread_mutex_unlock(&c->mu);
+        return failed_status(c, F);
+    }
     switch (L->coll) {
     case DLT_COLL_ALL_REDUCE: r = g.AllReduce(L->send, L->recv, L->count, dt, nccl_op(L->op), c->comm, s); break;
     case DLT_COLL_BROADCAST: r = g.Broadcast(L->send, L->recv, L->count, dt, L->root, c->comm, s); break;
@@ -416,13 +422,11 @@ static dlt_status nccl_run(dlt_ctx *ctx, void *comm, const dlt_nccl_launch *L) {
     }
     if (r != NCCL_SUCCESS) {
         dlt_status st = dlt__err(DLT_ERR_NCCL, F, "NCCL collective failed: %s", nccl_error(c, r));
-        pthread_mutex_lock(&c->mu);
         fail_locked(c, DLT_ERR_NCCL, dlt_last_error());
         pthread_mutex_unlock(&c->mu);
         return st;
     }
     if (!ctx->capturing) { /* the watchdog follows it (a captured one has no queryable event) */
-        pthread_mutex_lock(&c->mu);
         if (c->count < TRACKED) {
             const int slot = (c->head + c->count) % TRACKED;
             if (cudaEventRecord(c->evs[slot], s) == cudaSuccess) {
@@ -432,8 +436,8 @@ static dlt_status nccl_run(dlt_ctx *ctx, void *comm, const dlt_nccl_launch *L) {
                 (void)cudaGetLastError();
             }
         }
-        pthread_mutex_unlock(&c->mu);
     }
+    pthread_mutex_unlock(&c->mu);
     return DLT_OK;
 }
 
