@@ -196,6 +196,8 @@ dlt_status dlt__cuda_sdpa_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
                               const dlt_tensor *v, const dlt_sdpa_params *p) {
     static const char *F = "dlt_scaled_dot_product_attention";
     if (p->D > 256) return dlt__err(DLT_ERR_NOT_SUPPORTED, F, "head dimension %lld > 256 on CUDA", (long long)p->D);
+    DLT_CHECK(same_dtype(F, q->dtype, k, v, o));
+    DLT_CHECK(same_dtype(F, DLT_F32, lse));
     const int64_t rows = p->B * p->H * p->T;
     const uint64_t *base = (const uint64_t *)ctx->rng_base;
     const float ks = keep_scale_of(p);
@@ -213,6 +215,9 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
                               const dlt_tensor *lse, const dlt_sdpa_params *p) {
     static const char *F = "dlt_backward(scaled_dot_product_attention)";
     if (p->D > 256) return dlt__err(DLT_ERR_NOT_SUPPORTED, F, "head dimension %lld > 256 on CUDA", (long long)p->D);
+    DLT_CHECK(same_dtype(F, q->dtype, k, v, o, dout));
+    DLT_CHECK(same_dtype(F, q->dtype, dq, dk, dv));
+    DLT_CHECK(same_dtype(F, DLT_F32, lse));
     const int64_t rows_q = p->B * p->H * p->T, rows_k = p->B * p->H * p->S;
     const uint64_t *base = (const uint64_t *)ctx->rng_base;
     const float ks = keep_scale_of(p);

@@ -10,8 +10,18 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include "../lib/core/gpu_arch.h"
 #include "cuda_internal.h"
 #include "ops_cuda.h"
+
+/* The architectures this file was compiled with (meson's gpu_arch; the same list for every
+ * file of the CUDA backend). */
+#ifndef DLT_CUDA_SASS
+#define DLT_CUDA_SASS ""
+#endif
+#ifndef DLT_CUDA_PTX
+#define DLT_CUDA_PTX ""
+#endif
 
 /* Errors after which the device state is unknown: everything else (bad value, out of
  * memory, unsupported, capture errors) leaves the context usable. */
@@ -141,11 +151,16 @@ static dlt_status cuda_ctx_init(dlt_ctx *ctx) {
     INIT_CU(cudaGetDeviceProperties(&prop, s->device));
     snprintf(s->name, sizeof s->name, "%s", prop.name);
     s->sm_count = prop.multiProcessorCount;
-    if (prop.major < 7) {
-        st = dlt__err(DLT_ERR_NOT_SUPPORTED, F, "%s has compute capability %d.%d; 7.0+ is needed",
-                      prop.name, prop.major, prop.minor);
+    /* build: refuse a GPU none of the built code runs on (every kernel launch would fail
+     * with "no kernel image"), saying how to rebuild; note a JIT-compiled PTX start */
+    char arch_msg[512];
+    const int runs = dlt__gpu_arch_check(prop.major, prop.minor, DLT_CUDA_SASS, DLT_CUDA_PTX,
+                                         arch_msg, sizeof arch_msg);
+    if (runs == DLT_GPU_ARCH_NONE) {
+        st = dlt__err(DLT_ERR_NOT_SUPPORTED, F, "%s: %s", prop.name, arch_msg);
         goto fail;
     }
+    if (runs == DLT_GPU_ARCH_PTX) dlt__log(DLT_LOG_WARNING, "dlt: %s: %s", prop.name, arch_msg);
     int pools = 0;
     INIT_CU(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, s->device));
     if (!pools) {

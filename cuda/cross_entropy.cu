@@ -33,7 +33,7 @@
  */
 #include <stdint.h>
 
-#include "common.cuh"
+#include "nd.cuh"
 #include "ops_cuda.h"
 
 using namespace dlt;
@@ -332,6 +332,7 @@ extern "C" {
 
 dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
                             const dlt_tensor *targets, const dlt_ce_params *p) {
+    DLT_CHECK(same_dtype("dlt_cross_entropy", DLT_F32, loss, saved));
     const CeArgs a = ce_args(p);
     if (targets->dtype == DLT_I32) {
         DLT_DISPATCH_FLOAT(logits->dtype, T, return launch_fwd<T, int32_t>(ctx, loss, saved, logits, targets, a));
@@ -344,6 +345,7 @@ dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, c
 dlt_status dlt__cuda_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
                             const dlt_tensor *logits, const dlt_tensor *targets, const dlt_tensor *saved,
                             const dlt_ce_params *p) {
+    DLT_CHECK(same_dtype("dlt_cross_entropy_backward", DLT_F32, dloss, saved));
     const CeArgs a = ce_args(p);
     if (targets->dtype == DLT_I32) {
         DLT_DISPATCH_FLOAT(logits->dtype, T, DLT_DISPATCH_FLOAT(dlogits->dtype, D,

@@ -7,7 +7,7 @@
  * next session's.
  */
 #include "../lib/core/philox.h"
-#include "common.cuh"
+#include "nd.cuh"
 #include "ops_cuda.h"
 
 using namespace dlt;
@@ -33,6 +33,7 @@ extern "C" {
 dlt_status dlt__cuda_dropout(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,
                              uint64_t offset) {
     const int64_t n = x->numel;
+    DLT_CHECK(same_dtype("dlt_dropout", x->dtype, y));
     const float scale = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     DLT_DISPATCH_FLOAT(x->dtype, T,
         dropout_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>(

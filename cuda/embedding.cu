@@ -64,6 +64,7 @@ extern "C" {
 dlt_status dlt__cuda_embedding_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *w, const dlt_tensor *idx) {
     const int64_t n = idx->numel, V = w->shape[0], D = w->shape[1];
     cudaStream_t st = dlt__stream(ctx);
+    DLT_CHECK(same_dtype("dlt_embedding", w->dtype, y));
     if (idx->dtype == DLT_I64) {
         DLT_DISPATCH_FLOAT(w->dtype, T,
             embedding_fwd_kernel<T, int64_t><<<grid_for(n * D, 256), 256, 0, st>>>(

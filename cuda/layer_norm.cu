@@ -110,6 +110,8 @@ extern "C" {
 
 dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd, const dlt_tensor *x,
                             const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps) {
+    DLT_CHECK(same_dtype("dlt_layer_norm", x->dtype, y));
+    DLT_CHECK(same_dtype("dlt_layer_norm", DLT_F32, mean, rstd));
     DLT_DISPATCH_FLOAT(x->dtype, T,
         ln_fwd_kernel<T><<<grid_for(M * 32, 256), 256, 0, dlt__stream(ctx)>>>(
             (T *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
@@ -123,6 +125,8 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
                             const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean, const dlt_tensor *rstd,
                             const dlt_tensor *w, int64_t M, int64_t N) {
     cudaStream_t st = dlt__stream(ctx);
+    DLT_CHECK(same_dtype("dlt_layer_norm_backward", x->dtype, dx, dy));
+    DLT_CHECK(same_dtype("dlt_layer_norm_backward", DLT_F32, mean, rstd));
     DLT_DISPATCH_FLOAT(x->dtype, T,
         ln_bwd_dx_kernel<T><<<grid_for(M * 32, 256), 256, 0, st>>>(
             (T *)dlt__data(dx), (const T *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),

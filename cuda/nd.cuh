@@ -59,6 +59,22 @@ __device__ __forceinline__ float ld_any_f(const void *p, int dt, int64_t i) {
     return (dt == DLT_I32 || dt == DLT_I64 || dt == DLT_U8) ? (float)ld_int(p, dt, i) : ld_dt(p, dt, i);
 }
 
+/* Launchers that read several tensors through one element type T check that they share
+ * the dtype dt: the front doors keep them equal (a gradient arrives in its tensor's dtype),
+ * and where that rule broke, a bf16 buffer read as float would be garbage read past its end
+ * (an illegal address that poisons the context) while the CPU twin converts each operand.
+ * NULL tensors are skipped. */
+static inline dlt_status same_dtype(const char *func, int32_t dt, const dlt_tensor *a, const dlt_tensor *b = nullptr,
+                                    const dlt_tensor *c = nullptr, const dlt_tensor *d = nullptr,
+                                    const dlt_tensor *e = nullptr) {
+    const dlt_tensor *t[5] = {a, b, c, d, e};
+    for (int i = 0; i < 5; i++)
+        if (t[i] && t[i]->dtype != dt)
+            return dlt__err(DLT_ERR_INTERNAL, func, "operand %d is %s where the CUDA kernel reads %s", i,
+                            dlt_dtype_name(t[i]->dtype), dlt_dtype_name(dt));
+    return DLT_OK;
+}
+
 __device__ __forceinline__ float warp_sum_f(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -4,7 +4,7 @@
  * log1pf), elementwise over flat memory. Compile-checked; first run on a GPU is the next
  * session's.
  */
-#include "common.cuh"
+#include "nd.cuh"
 #include "ops_cuda.h"
 
 using namespace dlt;
@@ -91,6 +91,7 @@ extern "C" {
 dlt_status dlt__cuda_unary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int32_t op, double alpha) {
     const int64_t n = x->numel;
     cudaStream_t st = dlt__stream(ctx);
+    DLT_CHECK(same_dtype("dlt_unary", x->dtype, y));
     switch (x->dtype) {
     case DLT_I32:
         unary_int_kernel<int32_t><<<grid_for(n, 256), 256, 0, st>>>((int32_t *)dlt__data(y), (const int32_t *)dlt__data(x),
@@ -120,6 +121,7 @@ dlt_status dlt__cuda_unary_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *d
                                const dlt_tensor *y, int32_t op, double alpha) {
     const int64_t n = dx->numel;
     /* the front door makes dx, dy, x and y one dtype */
+    DLT_CHECK(same_dtype("dlt_unary_backward", dx->dtype, dy, x, y));
     DLT_DISPATCH_FLOAT(dx->dtype, T,
         unary_bwd_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>(
             (T *)dlt__data(dx), (const T *)dlt__data(dy), x ? (const T *)dlt__data(x) : nullptr,

@@ -100,6 +100,7 @@ extern "C" {
 dlt_status dlt__cuda_softmax_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int64_t outer, int64_t n,
                                  int64_t inner, int32_t log_) {
     cudaStream_t st = dlt__stream(ctx);
+    DLT_CHECK(same_dtype("dlt_softmax", x->dtype, y));
     if (inner == 1) {
         DLT_DISPATCH_FLOAT(x->dtype, T,
             softmax_row_kernel<T><<<grid_for(outer * 32, 256), 256, 0, st>>>((T *)dlt__data(y), (const T *)dlt__data(x),
@@ -116,6 +117,7 @@ dlt_status dlt__cuda_softmax_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *
 dlt_status dlt__cuda_softmax_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y,
                                  int64_t outer, int64_t n, int64_t inner, int32_t log_) {
     cudaStream_t st = dlt__stream(ctx);
+    DLT_CHECK(same_dtype("dlt_softmax_backward", y->dtype, dx, dy));
     if (inner == 1) {
         DLT_DISPATCH_FLOAT(y->dtype, T,
             softmax_bwd_row_kernel<T><<<grid_for(outer * 32, 256), 256, 0, st>>>(

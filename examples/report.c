@@ -44,19 +44,24 @@ void report_monitor_stop(report_run *r) {
     if (r->monitor) (void)dlt_gpu_monitor_stop((dlt_gpu_monitor *)r->monitor);
 }
 
-void report_progress(report_run *r, int64_t epoch, int64_t step, int64_t steps_per_epoch) {
-    if (!r->tty || steps_per_epoch <= 0) return;
+void report_progress_label(report_run *r, const char *what, int64_t done, int64_t total) {
+    if (!r->tty || total <= 0) return;
     double t = mono_s();
-    if (step < steps_per_epoch && t - r->last_draw < 0.1) return;
+    if (done < total && t - r->last_draw < 0.1) return;
     r->last_draw = t;
     const int width = 30;
-    int filled = (int)(width * step / steps_per_epoch);
+    int filled = (int)(width * done / total);
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
     bar[width] = '\0';
-    fprintf(stderr, "\r[%s] epoch %lld  %lld/%lld", bar, (long long)epoch, (long long)step,
-            (long long)steps_per_epoch);
+    fprintf(stderr, "\r[%s] %s  %lld/%lld", bar, what, (long long)done, (long long)total);
     fflush(stderr);
+}
+
+void report_progress(report_run *r, int64_t epoch, int64_t step, int64_t steps_per_epoch) {
+    char what[48];
+    snprintf(what, sizeof what, "epoch %lld", (long long)epoch);
+    report_progress_label(r, what, step, steps_per_epoch);
 }
 
 void report_progress_clear(report_run *r) {
@@ -154,18 +159,33 @@ static const char *throttle_str(const report_run *r) {
     return "no";
 }
 
+void report_gpu_columns(const report_run *r, int on_gpu, report_gpu_cols *c) {
+    if (!on_gpu) {
+        snprintf(c->util, sizeof c->util, "n/a");
+        snprintf(c->temp, sizeof c->temp, "n/a");
+        snprintf(c->temp_max, sizeof c->temp_max, "n/a");
+        snprintf(c->clock, sizeof c->clock, "n/a");
+        snprintf(c->power, sizeof c->power, "n/a");
+        c->throttled = "n/a";
+        return;
+    }
+    mon_fmt(r, DLT_GPUMON_GPU_UTIL_MEAN, "%.0f", c->util, sizeof c->util);
+    mon_fmt(r, DLT_GPUMON_TEMP_MEAN_C, "%.0f", c->temp, sizeof c->temp);
+    mon_fmt(r, DLT_GPUMON_TEMP_MAX_C, "%.0f", c->temp_max, sizeof c->temp_max);
+    mon_fmt(r, DLT_GPUMON_SM_CLOCK_MEAN_MHZ, "%.0f", c->clock, sizeof c->clock);
+    mon_fmt(r, DLT_GPUMON_POWER_MEAN_W, "%.0f", c->power, sizeof c->power);
+    c->throttled = throttle_str(r);
+}
+
 void report_table(const report_run *r, const char *model, const char *device, int64_t batch, int32_t amp,
                   int64_t accum, int on_gpu) {
     double epoch_s, img_s, acc;
     int est;
     uint64_t peak;
     summarise(r, &epoch_s, &est, &img_s, &peak, &acc);
-    char util[32], temp_m[32], temp_x[32], clk[32], pw[32], ep[48];
-    mon_fmt(r, DLT_GPUMON_GPU_UTIL_MEAN, "%.0f", util, sizeof util);
-    mon_fmt(r, DLT_GPUMON_TEMP_MEAN_C, "%.0f", temp_m, sizeof temp_m);
-    mon_fmt(r, DLT_GPUMON_TEMP_MAX_C, "%.0f", temp_x, sizeof temp_x);
-    mon_fmt(r, DLT_GPUMON_SM_CLOCK_MEAN_MHZ, "%.0f", clk, sizeof clk);
-    mon_fmt(r, DLT_GPUMON_POWER_MEAN_W, "%.0f", pw, sizeof pw);
+    report_gpu_cols g;
+    report_gpu_columns(r, 1, &g);
+    char *util = g.util, *temp_m = g.temp, *temp_x = g.temp_max, *clk = g.clock, *pw = g.power, ep[48];
     snprintf(ep, sizeof ep, "%.2f%s", epoch_s, est ? " (est.)" : "");
     char mem[32];
     snprintf(mem, sizeof mem, "%.0f", peak / 1048576.0);

@@ -62,6 +62,15 @@ void report_epoch(report_run *r, int64_t epoch, int64_t steps, int64_t steps_per
                   int64_t steady_steps, int64_t steady_images, double t_start);
 void report_table(const report_run *r, const char *model, const char *device, int64_t batch, int32_t amp,
                   int64_t accum, int on_gpu);
+/* gptex (issue 17), for examples/gpt_train.c: the closing table's GPU columns as text ("n/a"
+ * when on_gpu is 0 or the monitor has no value), and the progress bar with a label of its own
+ * ("iter 120/5000"). report_table and report_progress use them. */
+typedef struct report_gpu_cols {
+    char util[32], temp[32], temp_max[32], clock[32], power[32];
+    const char *throttled;
+} report_gpu_cols;
+void report_gpu_columns(const report_run *r, int on_gpu, report_gpu_cols *c);
+void report_progress_label(report_run *r, const char *what, int64_t done, int64_t total);
 /* --json FILE: checks that FILE can be written and begins the run record (call at program
  * start; prints why on failure and returns -1). */
 int report_record_begin(report_run *r, const char *path, const char *prog, int argc, char **argv);

@@ -114,9 +114,11 @@ def model_label(w, res, cfg=None):
     unit = res["sample_unit"]
     if cfg is not None:
         mode = cfg["mode"] if cfg["mode"] == "eager" or cfg.get("captured") else "eager (capture failed)"
-        return "%s step bench (%s, batch %d, %s, %s, %s)" % (w.get("model", MISSING), cfg["precision"], cfg["batch"],
-                                                           cfg["memory_format"], mode,
-                                                           epoch_size(res["epoch_samples"], unit))
+        # gptex: token models have a sequence length and no memory format ("none")
+        batch = "batch %d" % cfg["batch"] + (" x %d" % cfg["sequence_length"] if cfg.get("sequence_length") else "")
+        parts = [cfg["precision"], batch] + ([cfg["memory_format"]] if cfg["memory_format"] != "none" else [])
+        return "%s step bench (%s)" % (w.get("model", MISSING),
+                                       ", ".join(parts + [mode, epoch_size(res["epoch_samples"], unit)]))
     parts = [w.get("precision") or "precision missing",
              "batch %s" % w["batch"] if w.get("batch") is not None else "batch missing"]
     if (w.get("accumulation") or 1) > 1:

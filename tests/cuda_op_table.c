@@ -4,6 +4,9 @@
  * (the same random upstream gradient), outputs and every input gradient compared by
  * relative norm with the tolerance of the dtype (fp32 1e-5: TF32 is off by default; fp16
  * and bf16 1e-2). Rows flagged OT_CPU_ONLY are skipped, OT_F32_ONLY run in f32 alone.
+ * A second forward and backward without zeroing must accumulate on both backends: the
+ * accumulated gradients are compared too, which runs the kernels' beta = 1 paths (gradients
+ * written straight into a leaf's buffer: layer_norm's dweight/dbias, embedding's dweight).
  * Without a GPU every case skips; DLT_CUDA_OPS_SELFTEST=1 compares against a second CPU
  * context instead, which runs the driver and every low-precision CPU path in CI.
  */
@@ -30,9 +33,10 @@ static const ot_stem *const STEMS[] = {
 #undef OT_REF
 };
 
-/* Forward and backward of the case on ctx; returns the output and the input gradients as
- * doubles (owned by the caller). */
-static void run_on(dlt_ctx *ctx, double *const *vals, double **y_out, int64_t *ny, double **grads) {
+/* Forward and backward of the case on ctx, twice without zeroing; returns the output and
+ * the input gradients after the first and after the second backward as doubles (owned by
+ * the caller). */
+static void run_on(dlt_ctx *ctx, double *const *vals, double **y_out, int64_t *ny, double **grads, double **grads2) {
     const ot_case *c = g_case;
     dlt_tensor *in[OT_MAX_IN] = {NULL}, *y = NULL, *u = NULL;
     for (int i = 0; i < c->n_in; i++) {
@@ -59,6 +63,12 @@ static void run_on(dlt_ctx *ctx, double *const *vals, double **y_out, int64_t *n
         CHECK_OK(dlt_backward(y, u));
         for (int i = 0; i < c->n_in; i++)
             if (in[i] && (c->in[i].kind == OT_X || c->in[i].kind == OT_P)) grads[i] = ot_read(dlt_tensor_grad(in[i]));
+        dlt_tensor_release(y);
+        y = NULL;
+        CHECK_OK(c->fwd(c, in, &y));
+        CHECK_OK(dlt_backward(y, u));
+        for (int i = 0; i < c->n_in; i++)
+            if (grads[i]) grads2[i] = ot_read(dlt_tensor_grad(in[i]));
     }
     dlt_tensor_release(y);
     dlt_tensor_release(u);
@@ -69,12 +79,13 @@ static void run_case(void) {
     if (!g_dev) SKIP("%s", g_no_dev);
     const ot_case *c = g_case;
     double *vals[OT_MAX_IN] = {NULL}, *gc[OT_MAX_IN] = {NULL}, *gd[OT_MAX_IN] = {NULL};
+    double *gc2[OT_MAX_IN] = {NULL}, *gd2[OT_MAX_IN] = {NULL};
     int64_t nv[OT_MAX_IN] = {0};
     for (int i = 0; i < c->n_in; i++) vals[i] = ot_values(c, i, g_dtype, &nv[i]);
     double *yc = NULL, *yd = NULL;
     int64_t nc = 0, ndv = 0;
-    run_on(g_cpu, vals, &yc, &nc, gc);
-    run_on(g_dev, vals, &yd, &ndv, gd);
+    run_on(g_cpu, vals, &yc, &nc, gc, gc2);
+    run_on(g_dev, vals, &yd, &ndv, gd, gd2);
     REQUIRE(nc == ndv, "%s: %lld output elements on the CPU, %lld on the device", c->name, (long long)nc,
             (long long)ndv);
     const double ey = ot_relnorm(yd, yc, nc);
@@ -84,8 +95,12 @@ static void run_case(void) {
         const double eg = ot_relnorm(gd[i], gc[i], nv[i]);
         CHECK(eg <= g_tol, "%s %s: gradient of input %d rel err %.3g > %.3g", c->name, dlt_dtype_name(g_dtype), i, eg,
               g_tol);
+        if (!gc2[i] || !gd2[i]) continue;
+        const double ea = ot_relnorm(gd2[i], gc2[i], nv[i]);
+        CHECK(ea <= g_tol, "%s %s: accumulated gradient of input %d rel err %.3g > %.3g", c->name,
+              dlt_dtype_name(g_dtype), i, ea, g_tol);
     }
-    for (int i = 0; i < c->n_in; i++) free(vals[i]), free(gc[i]), free(gd[i]);
+    for (int i = 0; i < c->n_in; i++) free(vals[i]), free(gc[i]), free(gd[i]), free(gc2[i]), free(gd2[i]);
     free(yc);
     free(yd);
     int64_t live = -1;

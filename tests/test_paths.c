@@ -9,7 +9,9 @@
  *
  * Readers: dlt_cifar10_open (a training batch after a good one, the test batch),
  * dlt_cifar10_open_file, dlt_safetensors_open, dlt_safetensors_load_tensor,
- * dlt_module_load, dlt_module_load_ex (non-strict), dlt_checkpoint_load; and the writers'
+ * dlt_module_load, dlt_module_load_ex (non-strict), dlt_checkpoint_load, the token files
+ * (llm.c and raw), the char tokenizer and dlt_char_text_open, dlt_record_files_open,
+ * dlt_gpt_load_hf and dlt_gpt_from_hf (config.json and the weights); and the writers'
  * side: a save into a directory it cannot write, or onto a directory.
  */
 #include <stdint.h>
@@ -222,6 +224,139 @@ static void test_writers(void) {
     }
 }
 
+/* ---- token files, text, record files, Hugging Face GPT-2 directories (issue 17's readers) ---- */
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+        printf("# cannot write %s\n", path);
+        exit(1);
+    }
+    chmod(path, 0644);
+}
+
+static dlt_status read_tokens(const char *path, void *p) {
+    const int32_t format = *(const int32_t *)p;
+    dlt_token_dataset *ds = NULL;
+    dlt_status st = dlt_token_file_open(g_ctx, path, format, 16, &ds);
+    if (st != DLT_OK) CHECK(ds == NULL, "a refused dlt_token_file_open made a dataset");
+    else CHECK(dlt_token_dataset_size(ds) == 6, "%lld tokens", (long long)dlt_token_dataset_size(ds));
+    dlt_token_dataset_destroy(ds);
+    return st;
+}
+
+static dlt_status read_tokenizer(const char *path, void *p) {
+    (void)p;
+    dlt_char_tokenizer *tok = NULL;
+    dlt_status st = dlt_char_tokenizer_from_file(path, &tok);
+    if (st != DLT_OK) CHECK(tok == NULL, "a refused dlt_char_tokenizer_from_file made a tokenizer");
+    else CHECK(dlt_char_tokenizer_vocab_size(tok) == 6, "vocabulary %d", dlt_char_tokenizer_vocab_size(tok));
+    dlt_char_tokenizer_destroy(tok);
+    return st;
+}
+
+static dlt_status read_char_text(const char *path, void *p) {
+    (void)p;
+    dlt_token_dataset *tr = NULL, *va = NULL;
+    dlt_status st = dlt_char_text_open(g_ctx, path, 0.5, NULL, &tr, &va);
+    if (st != DLT_OK) CHECK(tr == NULL && va == NULL, "a refused dlt_char_text_open made datasets");
+    dlt_token_dataset_destroy(tr);
+    dlt_token_dataset_destroy(va);
+    return st;
+}
+
+static dlt_status read_records(const char *path, void *p) {
+    (void)p;
+    dlt_dataset *ds = NULL;
+    dlt_status st = dlt_record_files_open(g_ctx, &path, 1, NULL, &ds);
+    if (st != DLT_OK) CHECK(ds == NULL, "a refused dlt_record_files_open made a dataset");
+    else CHECK(dlt_dataset_size(ds) == 2, "%lld records", (long long)dlt_dataset_size(ds));
+    dlt_dataset_destroy(ds);
+    return st;
+}
+
+static dlt_status read_hf_file(const char *path, void *p) {
+    dlt_module *gpt = p;
+    return dlt_gpt_load_hf(gpt, path);
+}
+
+static dlt_status read_hf_dir(const char *path, void *p) {
+    (void)p;
+    char dir[1024];
+    th_dirname(path, dir, sizeof dir);
+    dlt_module *m = NULL;
+    dlt_status st = dlt_gpt_from_hf(g_ctx, dir, &m);
+    if (st != DLT_OK) CHECK(m == NULL, "a refused dlt_gpt_from_hf made a model");
+    dlt_module_destroy(m);
+    return st;
+}
+
+static void test_token_and_text_readers(void) {
+    char good[512], path[512], hf[512], hf2[512], model[600], config[600], model2[600], config2[600];
+    int skipped = 0;
+    /* llm.c's format: 256 int32 of header (magic, version, count), then uint16 tokens */
+    int32_t header[256] = {20240520, 1, 6};
+    const uint16_t toks[6] = {1, 2, 3, 4, 5, 15};
+    unsigned char llmc[sizeof header + sizeof toks];
+    memcpy(llmc, header, sizeof header);
+    memcpy(llmc + sizeof header, toks, sizeof toks);
+    path_in(good, sizeof good, "good.llmc.bin");
+    write_bytes(good, llmc, sizeof llmc);
+    path_in(path, sizeof path, "train.bin");
+    int32_t fmt = DLT_TOKENS_LLMC;
+    skipped += th_hostile_check(path, good, read_tokens, &fmt, "dlt_token_file_open(llm.c)");
+    unlink(good);
+    path_in(good, sizeof good, "good.raw.bin");
+    write_bytes(good, toks, sizeof toks);
+    fmt = DLT_TOKENS_RAW;
+    skipped += th_hostile_check(path, good, read_tokens, &fmt, "dlt_token_file_open(raw)");
+    unlink(good);
+    /* text: 6 distinct characters (a-e and the newline) */
+    path_in(good, sizeof good, "good.txt");
+    write_bytes(good, "abcde\nabcde", 11);
+    path_in(path, sizeof path, "input.txt");
+    skipped += th_hostile_check(path, good, read_tokenizer, NULL, "dlt_char_tokenizer_from_file");
+    skipped += th_hostile_check(path, good, read_char_text, NULL, "dlt_char_text_open");
+    unlink(good);
+    /* fixed-size record files (CIFAR-10's layout by default) */
+    path_in(good, sizeof good, "good.rec");
+    write_batch(good);
+    path_in(path, sizeof path, "part-0.rec");
+    skipped += th_hostile_check(path, good, read_records, NULL, "dlt_record_files_open");
+    unlink(good);
+    /* Hugging Face GPT-2: the weights file, then config.json of a directory */
+    dlt_gpt_config c;
+    CHECK_OK(dlt_gpt_config_preset("tiny", &c));
+    c.n_layer = 1;
+    c.bias = 1; /* Hugging Face GPT-2 has biases */
+    dlt_module *gpt = NULL;
+    CHECK_OK(dlt_gpt_create(g_ctx, &c, &gpt));
+    path_in(hf, sizeof hf, "hf_good");
+    CHECK_OK(dlt_gpt_save_hf(gpt, hf));
+    snprintf(model, sizeof model, "%s/model.safetensors", hf);
+    snprintf(config, sizeof config, "%s/config.json", hf);
+    chmod(hf, 0755), chmod(model, 0644), chmod(config, 0644);
+    path_in(hf2, sizeof hf2, "hf_other");
+    REQUIRE(mkdir(hf2, 0755) == 0);
+    snprintf(model2, sizeof model2, "%s/model.safetensors", hf2);
+    snprintf(config2, sizeof config2, "%s/config.json", hf2);
+    skipped += th_hostile_check(model2, model, read_hf_file, gpt, "dlt_gpt_load_hf");
+    REQUIRE(symlink(model, model2) == 0);
+    skipped += th_hostile_check(config2, config, read_hf_dir, NULL, "dlt_gpt_from_hf, config.json");
+    unlink(model2);
+    REQUIRE(symlink(config, config2) == 0);
+    skipped += th_hostile_check(model2, model, read_hf_dir, NULL, "dlt_gpt_from_hf, model.safetensors");
+    unlink(config2);
+    rmdir(hf2);
+    unlink(model), unlink(config), rmdir(hf);
+    dlt_module_destroy(gpt);
+    if (skipped) {
+        char why[160];
+        snprintf(why, sizeof why, "%.150s", th_skip_reason);
+        SKIP("%d permission cases could not run (%s)", skipped, why);
+    }
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dlt_paths_XXXXXX");
     if (!mkdtemp(g_dir) || chmod(g_dir, 0755) != 0) {
@@ -231,6 +366,7 @@ int main(void) {
     g_ctx = th_cpu_ctx();
     RUN(test_cifar10);
     RUN(test_safetensors_readers);
+    RUN(test_token_and_text_readers);
     RUN(test_writers);
     dlt_ctx_destroy(g_ctx);
     rmdir(g_dir);

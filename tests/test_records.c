@@ -522,13 +522,22 @@ static void test_tensor_dataset_refusals(void) {
     CHECK_STATUS(dlt_tensor_dataset_create(x, y, &o, &ds), DLT_ERR_SHAPE);
     o.image = 2;
     CHECK_STATUS(dlt_tensor_dataset_create(x, y, &o, &ds), DLT_ERR_INVALID_ARGUMENT);
-    /* an older caller's smaller struct: fields beyond its size are not read */
+    /* a struct smaller than the first release's is refused (core.h: option structs) */
     o.image = 0;
-    o.num_classes = 2; /* would refuse label 3 if it were read */
     o.size = (uint32_t)offsetof(dlt_tensor_dataset_options, num_classes);
+    CHECK_STATUS(dlt_tensor_dataset_create(x, y, &o, &ds), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(dlt_last_error(), "dlt_tensor_dataset_options_default"), "%s", dlt_last_error());
+    /* a newer caller's larger struct: read when its unknown fields are zero */
+    struct {
+        dlt_tensor_dataset_options o;
+        int32_t future[2];
+    } big;
+    dlt_tensor_dataset_options_init(&big.o, (uint32_t)sizeof big);
+    CHECK(big.o.size == sizeof big && big.future[0] == 0 && big.future[1] == 0);
+    big.o.num_classes = 5;
     dlt_dataset *ok = NULL;
-    CHECK_OK(dlt_tensor_dataset_create(x, y, &o, &ok));
-    CHECK(dlt_dataset_num_classes(ok) == 4, "%d", dlt_dataset_num_classes(ok));
+    CHECK_OK(dlt_tensor_dataset_create(x, y, &big.o, &ok));
+    CHECK(dlt_dataset_num_classes(ok) == 5, "%d", dlt_dataset_num_classes(ok));
     dlt_dataset_destroy(ok);
     /* labels on another context */
     dlt_ctx *other = th_cpu_ctx();

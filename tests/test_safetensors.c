@@ -369,21 +369,25 @@ static void test_options_abi(void) {
     CHECK_OK(dlt_linear_create(g_ctx, 4, 2, 1, &other));
     CHECK_OK(dlt_module_save(m, path));
     CHECK_OK(dlt_module_load_ex(m, path, NULL, NULL)); /* NULL: the defaults */
-    /* an older caller whose struct ends after `strict`: the prefixes beyond its size are
-     * not read (garbage there must not matter) */
+    /* a struct smaller than the first release's (it ends after `strict`) is refused, as
+     * is one without even its size field (core.h: option structs) */
     struct {
         dlt_module_load_options o;
     } old;
     memset(&old, 0xAB, sizeof old);
     old.o.size = (uint32_t)(sizeof(uint32_t) + sizeof(int32_t));
     old.o.strict = 0;
+    CHECK_STATUS(dlt_module_load_ex(other, path, &old.o, NULL), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(dlt_last_error(), "dlt_module_load_options_default"), "%s", dlt_last_error());
+    old.o.size = 2;
+    CHECK_STATUS(dlt_module_load_ex(m, path, &old.o, NULL), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(dlt_last_error(), "size"), "%s", dlt_last_error());
     dlt_load_report *rep = NULL;
+    dlt_module_load_options_default(&old.o);
+    old.o.strict = 0;
     CHECK_OK(dlt_module_load_ex(other, path, &old.o, &rep));
     CHECK(dlt_load_report_count(rep, DLT_LOAD_MISMATCHED) == 1 && dlt_load_report_num_loaded(rep) == 1);
     dlt_load_report_destroy(rep);
-    old.o.size = 2; /* not even the size field */
-    CHECK_STATUS(dlt_module_load_ex(m, path, &old.o, NULL), DLT_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(dlt_last_error(), "size"), "%s", dlt_last_error());
     dlt_module_load_options o;
     dlt_module_load_options_default(&o);
     o.strict = 2;
@@ -398,6 +402,8 @@ static void test_options_abi(void) {
     big.o.size = (uint32_t)sizeof big;
     big.o.strict = 0;
     CHECK_OK(dlt_module_load_ex(other, path, &big.o, NULL));
+    big.future[3] = 1; /* a field this library does not know, set: refused, not ignored */
+    CHECK_STATUS(dlt_module_load_ex(other, path, &big.o, NULL), DLT_ERR_NOT_SUPPORTED);
     CHECK_STATUS(dlt_module_load_ex(NULL, path, NULL, NULL), DLT_ERR_NULL_POINTER);
     CHECK_STATUS(dlt_module_load_ex(m, NULL, NULL, NULL), DLT_ERR_NULL_POINTER);
     dlt_module_load_options_default(NULL); /* a no-op */

@@ -51,6 +51,16 @@ extern "C" {
  *  passes it to dlt_ctx_create, which refuses a library of another generation. */
 #define DLT_ABI_VERSION 1
 
+/* Option structs (dlt_sgd_options, dlt_conv2d_options, dlt_gpt_config, ...) grow within an
+ * ABI generation: each starts with `uint32_t size`, fields are only ever appended, and the
+ * caller's sizeof travels with the struct. Fill one with dlt_X_options_default(&o) (a
+ * static inline calling the exported dlt_X_options_init(&o, sizeof o); through an FFI call
+ * _init with the size of the struct as you declared it), then change fields. The library
+ * writes and reads only the caller's size: an older program keeps working with a newer
+ * library (the fields it does not know take their defaults); a newer program that sets a
+ * field an older library does not know gets DLT_ERR_NOT_SUPPORTED instead of having it
+ * ignored. A NULL options pointer means all defaults. */
+
 /** Packed release number of the loaded library (same packing as DLT_VERSION). Thread-safe. */
 DLT_API uint32_t dlt_version(void);
 /** ABI generation of the loaded library. Thread-safe. */
@@ -189,6 +199,20 @@ DLT_API dlt_status dlt_ctx_wait_plans(dlt_ctx *ctx);
 DLT_API dlt_status dlt_ctx_set_seed(dlt_ctx *ctx, uint64_t seed);
 /** Reads the seed and the offset (how many counters were consumed). Either may be NULL. */
 DLT_API dlt_status dlt_ctx_get_seed(const dlt_ctx *ctx, uint64_t *seed, uint64_t *offset);
+/* ---- gptex (issue 17): the generator's whole state, for checkpoints that resume exactly ---- */
+/** The generator's state as a resumed run needs it (torch.cuda.get_rng_state's counterpart):
+ *  the seed and the offset the next random op starts from. Unlike dlt_ctx_get_seed's offset,
+ *  it includes what replays of captured graphs consumed (it reads the device word they
+ *  advance: synchronises; refused during graph capture). Either pointer may be NULL.
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx); DLT_ERR_INVALID_STATE (capturing); a device
+ *  error. */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_get_rng_state(dlt_ctx *ctx, uint64_t *seed, uint64_t *offset);
+/** Restores a state read by dlt_ctx_get_rng_state (torch.cuda.set_rng_state): later random
+ *  ops draw exactly what they would have drawn after the read. Graphs captured before keep
+ *  the offsets they captured, relative to a restarted replay count: set the state before
+ *  capturing. Enqueued (a device write once a random op such as dropout has run).
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_STATE (capturing). */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_rng_state(dlt_ctx *ctx, uint64_t seed, uint64_t offset);
 
 /** 1: only deterministic algorithms (cuDNN engines without the non-determinism note, no
  *  atomics in our reductions). Default 0. */

@@ -69,8 +69,13 @@ typedef struct dlt_tensor_dataset_options {
     int32_t num_classes; /**< labels must be below it; 0 (default): the largest label + 1 */
 } dlt_tensor_dataset_options;
 
-/** Fills o with the defaults (size = sizeof *o, image 0, num_classes 0). */
-DLT_API void dlt_tensor_dataset_options_default(dlt_tensor_dataset_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with the defaults (image 0,
+ *  num_classes 0). */
+DLT_API void dlt_tensor_dataset_options_init(dlt_tensor_dataset_options *o, uint32_t size);
+/** dlt_tensor_dataset_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_tensor_dataset_options_default(dlt_tensor_dataset_options *o) {
+    dlt_tensor_dataset_options_init(o, (uint32_t)sizeof *o);
+}
 /**
  * A dataset over tensors, as PyTorch's TensorDataset(x, labels): sample i is x[i] (any shape
  * [N, ...], dtype f32, f16, bf16 or u8) with label labels[i] (labels: i32 or i64 [N] on the
@@ -107,8 +112,13 @@ typedef struct dlt_record_file_options {
                                       *   default 3, 32, 32 */
 } dlt_record_file_options;
 
-/** Fills o with the defaults (size = sizeof *o; CIFAR-10's layout, see the fields). */
-DLT_API void dlt_record_file_options_default(dlt_record_file_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with the defaults (CIFAR-10's
+ *  layout, see the fields). */
+DLT_API void dlt_record_file_options_init(dlt_record_file_options *o, uint32_t size);
+/** dlt_record_file_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_record_file_options_default(dlt_record_file_options *o) {
+    dlt_record_file_options_init(o, (uint32_t)sizeof *o);
+}
 /**
  * Opens n_paths binary files of fixed-size records (each file: header_bytes, then whole
  * records) into one image dataset, in order: uint8 images [C, H, W] and, with label_width >

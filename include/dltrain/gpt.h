@@ -38,15 +38,22 @@ typedef struct dlt_gpt_config {
     double dropout;            /**< dropout after embeddings, attention weights, projections and MLP (training only) */
 } dlt_gpt_config;
 
-/** GPT-2 124M: 12 layers, 12 heads, 768 wide, vocabulary 50257, context 1024, biases, tied,
- *  dropout 0. */
-DLT_API void dlt_gpt_config_default(dlt_gpt_config *c);
+/** Fills the first `size` bytes of c (core.h: option structs) with GPT-2 124M: 12 layers,
+ *  12 heads, 768 wide, vocabulary 50257, context 1024, biases, tied, dropout 0. */
+DLT_API void dlt_gpt_config_init(dlt_gpt_config *c, uint32_t size);
+/** dlt_gpt_config_init(c, sizeof *c): the call C and C++ programs make. */
+static inline void dlt_gpt_config_default(dlt_gpt_config *c) { dlt_gpt_config_init(c, (uint32_t)sizeof *c); }
 /** Named shapes: "gpt2" (124M), "gpt2-medium" (350M: 24/16/1024), "gpt2-large" (774M:
  *  36/20/1280), "gpt2-xl" (1558M: 48/25/1600), "shakespeare-char" (nanoGPT's: 6/6/384,
  *  vocabulary 65, context 256, no biases, dropout 0.2), "tiny" (tests: 2/2/32, vocabulary
  *  65, context 32, no biases). DLT_ERR_INVALID_ARGUMENT for another name (the message lists
- *  them). */
-DLT_API DLT_NODISCARD dlt_status dlt_gpt_config_preset(const char *name, dlt_gpt_config *c);
+ *  them) or a size below the first release's struct; size is the caller's sizeof (core.h:
+ *  option structs). */
+DLT_API DLT_NODISCARD dlt_status dlt_gpt_config_preset_init(const char *name, dlt_gpt_config *c, uint32_t size);
+/** dlt_gpt_config_preset_init(name, c, sizeof *c): the call C and C++ programs make. */
+static inline DLT_NODISCARD dlt_status dlt_gpt_config_preset(const char *name, dlt_gpt_config *c) {
+    return dlt_gpt_config_preset_init(name, c, (uint32_t)sizeof *c);
+}
 
 /** Creates a GPT on ctx with GPT-2's initialisation: Linear and Embedding weights N(0, 0.02),
  *  the two residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2*n_layer)),
@@ -54,7 +61,9 @@ DLT_API DLT_NODISCARD dlt_status dlt_gpt_config_preset(const char *name, dlt_gpt
  *  seed for a reproducible model). c == NULL: dlt_gpt_config_default. The caller owns *out
  *  (dlt_module_destroy). */
 DLT_API DLT_NODISCARD dlt_status dlt_gpt_create(dlt_ctx *ctx, const dlt_gpt_config *c, dlt_module **out);
-/** The configuration of a GPT module (DLT_ERR_INVALID_ARGUMENT for another kind). */
+/** The configuration of a GPT module, written within c->size (fill c with
+ *  dlt_gpt_config_default first; core.h: option structs). DLT_ERR_INVALID_ARGUMENT for
+ *  another kind or a size below the first release's struct. */
 DLT_API DLT_NODISCARD dlt_status dlt_gpt_get_config(const dlt_module *gpt, dlt_gpt_config *c);
 /** Forward: logits (may be NULL when only the loss is wanted) and, with targets, the mean
  *  cross-entropy loss (f32 scalar; loss may be NULL). Both are new references. */

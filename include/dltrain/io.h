@@ -69,6 +69,20 @@ DLT_API DLT_NODISCARD dlt_status dlt_checkpoint_load(const char *path, dlt_modul
                                                      dlt_grad_scaler *scaler, int64_t *epoch,
                                                      int64_t *step);
 
+/* ---- gptex (issue 17): a training program's own state in its checkpoint ---- */
+/** dlt_checkpoint_save plus n_extra entries of the program's own (as PyTorch checkpoints carry
+ *  nanoGPT's iter_num and best_val_loss): extra[i] (any dtype, shape and context) is written
+ *  under extra_names[i], which must start with "train." and be neither "train.epoch" nor
+ *  "train.step". Loads ignore them (dlt_checkpoint_load, dlt_module_load); read them back with
+ *  dlt_safetensors_open + dlt_safetensors_get. One file, written atomically as above.
+ *  @return as dlt_checkpoint_save; DLT_ERR_NULL_POINTER (a NULL name or tensor);
+ *  DLT_ERR_INVALID_ARGUMENT (n_extra < 0, a name outside "train.", two equal names). */
+DLT_API DLT_NODISCARD dlt_status dlt_checkpoint_save_ex(const char *path, const dlt_module *m,
+                                                        dlt_optimizer *opt, dlt_grad_scaler *scaler,
+                                                        int64_t epoch, int64_t step,
+                                                        const char *const *extra_names,
+                                                        dlt_tensor *const *extra, int32_t n_extra);
+
 /** Writes n named tensors (any context, dtype and format; stored in logical order) as one
  *  safetensors file, atomically as above. Names must be unique, non-empty UTF-8 without
  *  control characters and not "__metadata__" (DLT_ERR_INVALID_ARGUMENT). Synchronises. */
@@ -137,8 +151,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_safetensors_get(const dlt_safetensors *f, d
  *  dlt_module_load_safetensors, freed by dlt_load_report_destroy. */
 typedef struct dlt_load_report dlt_load_report;
 
-/** Options of dlt_module_load_ex (ABI-safe: fields are only ever appended; the library
- *  reads the fields within `size` and uses defaults for the rest). */
+/** Options of dlt_module_load_ex (core.h: option structs). */
 typedef struct dlt_module_load_options {
     uint32_t size;             /**< sizeof(dlt_module_load_options), set by _default */
     int32_t strict;            /**< 1 (default): as dlt_module_load, every name, dtype and
@@ -154,8 +167,13 @@ typedef struct dlt_module_load_options {
                                 *   put in front of each matched name. NULL or "": all */
 } dlt_module_load_options;
 
-/** Fills o with the defaults (size, strict = 1, no prefixes). */
-DLT_API void dlt_module_load_options_default(dlt_module_load_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with the defaults (strict = 1, no
+ *  prefixes). */
+DLT_API void dlt_module_load_options_init(dlt_module_load_options *o, uint32_t size);
+/** dlt_module_load_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_module_load_options_default(dlt_module_load_options *o) {
+    dlt_module_load_options_init(o, (uint32_t)sizeof *o);
+}
 /**
  * Loads the module's state from path with options (o == NULL: all defaults, i.e.
  * dlt_module_load). A file entry file_prefix + X loads into the module entry
@@ -170,7 +188,8 @@ DLT_API void dlt_module_load_options_default(dlt_module_load_options *o);
  * @param report  when not NULL, receives on success a report of what was not loaded
  *                (owned by the caller: dlt_load_report_destroy; empty after a strict load);
  *                NULL after a failure.
- * @return as dlt_module_load; DLT_ERR_INVALID_ARGUMENT (o->size too small, strict not 0/1).
+ * @return as dlt_module_load; DLT_ERR_INVALID_ARGUMENT (o->size too small, strict not 0/1);
+ *         DLT_ERR_NOT_SUPPORTED (a newer header's field set).
  */
 DLT_API DLT_NODISCARD dlt_status dlt_module_load_ex(dlt_module *m, const char *path,
                                                     const dlt_module_load_options *o,

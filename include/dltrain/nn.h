@@ -40,13 +40,9 @@
  * to create tensors on. A tensor registered under several names (tied weights) has one
  * state entry per name, as in PyTorch's state_dict, and is one parameter.
  *
- * Option structs (ABI-safe, the library's one pattern for long constructors): fill one with
- * its _default function (size and PyTorch's defaults), change fields, pass it to the
- * _create_ex constructor. The library reads only the fields that lie within o->size (an
- * older program knows fewer fields; the rest keep their defaults) and ignores bytes beyond
- * the fields it knows; o == NULL means all defaults; size 0 (a struct never filled) is
- * refused with DLT_ERR_INVALID_ARGUMENT. Fields are only ever appended, and every version
- * ends without trailing padding (8-byte fields, or 4-byte ones in pairs).
+ * Option structs (the library's one pattern for long constructors; the rule is in core.h):
+ * fill one with its _default call (PyTorch's defaults), change fields, pass it to the
+ * _create_ex constructor; o == NULL means all defaults.
  */
 #ifndef DLTRAIN_NN_H
 #define DLTRAIN_NN_H
@@ -175,13 +171,19 @@ typedef struct dlt_conv2d_options {
     int64_t groups;       /**< default 1; must divide both channel counts */
 } dlt_conv2d_options;
 
-/** Fills o with its size and PyTorch's nn.Conv2d defaults. NULL is a no-op. */
-DLT_API void dlt_conv2d_options_default(dlt_conv2d_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with PyTorch's nn.Conv2d
+ *  defaults. NULL is a no-op. */
+DLT_API void dlt_conv2d_options_init(dlt_conv2d_options *o, uint32_t size);
+/** dlt_conv2d_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_conv2d_options_default(dlt_conv2d_options *o) {
+    dlt_conv2d_options_init(o, (uint32_t)sizeof *o);
+}
 /** Conv2d(in_channels, out_channels, (kernel_h, kernel_w), **o): "weight"
  *  [out, in/groups, kh, kw] [, "bias" [out]]; stride, padding and dilation may differ
  *  between height and width. Initialisation as dlt_conv2d_create. o == NULL: defaults.
  *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx, out); DLT_ERR_INVALID_ARGUMENT (a value out
- *          of range, named in the message, or o->size 0); out of memory. */
+ *          of range, named in the message, or o->size below the first release's struct);
+ *          DLT_ERR_NOT_SUPPORTED (a newer header's field set); out of memory. */
 DLT_API DLT_NODISCARD dlt_status dlt_conv2d_create_ex(dlt_ctx *ctx, int64_t in_channels,
                                                       int64_t out_channels, int64_t kernel_h,
                                                       int64_t kernel_w, const dlt_conv2d_options *o,
@@ -194,8 +196,13 @@ typedef struct dlt_batchnorm2d_options {
     double momentum; /**< running statistics update weight in [0, 1], default 0.1 */
 } dlt_batchnorm2d_options;
 
-/** Fills o with its size and PyTorch's nn.BatchNorm2d defaults. NULL is a no-op. */
-DLT_API void dlt_batchnorm2d_options_default(dlt_batchnorm2d_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with PyTorch's nn.BatchNorm2d
+ *  defaults. NULL is a no-op. */
+DLT_API void dlt_batchnorm2d_options_init(dlt_batchnorm2d_options *o, uint32_t size);
+/** dlt_batchnorm2d_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_batchnorm2d_options_default(dlt_batchnorm2d_options *o) {
+    dlt_batchnorm2d_options_init(o, (uint32_t)sizeof *o);
+}
 /** BatchNorm2d(num_features, **o), as dlt_batchnorm2d_create. o == NULL: defaults.
  *  @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT; out of memory. */
 DLT_API DLT_NODISCARD dlt_status dlt_batchnorm2d_create_ex(dlt_ctx *ctx, int64_t num_features,
@@ -208,8 +215,13 @@ typedef struct dlt_linear_options {
     int32_t bias;  /**< 1: a learnable bias "bias" [out] (default 1) */
 } dlt_linear_options;
 
-/** Fills o with its size and PyTorch's nn.Linear defaults. NULL is a no-op. */
-DLT_API void dlt_linear_options_default(dlt_linear_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with PyTorch's nn.Linear
+ *  defaults. NULL is a no-op. */
+DLT_API void dlt_linear_options_init(dlt_linear_options *o, uint32_t size);
+/** dlt_linear_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_linear_options_default(dlt_linear_options *o) {
+    dlt_linear_options_init(o, (uint32_t)sizeof *o);
+}
 /** Linear(in_features, out_features, **o), as dlt_linear_create. o == NULL: defaults.
  *  @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT; out of memory. */
 DLT_API DLT_NODISCARD dlt_status dlt_linear_create_ex(dlt_ctx *ctx, int64_t in_features,

@@ -117,12 +117,14 @@ typedef struct dlt_sgd_options {
     int32_t maximize;    /* 0 */
 } dlt_sgd_options;
 
-/** Fills o with size and torch.optim.SGD's defaults (lr 1e-3, everything else 0).
- *  Option structs (dlt_sgd_options, dlt_adamw_options): fill them with their _default
- *  function first, then change fields; the library reads only the fields that lie within
- *  o->size (a size smaller than the first release's struct is DLT_ERR_INVALID_ARGUMENT);
- *  o == NULL means all defaults. Fields are only ever appended. */
-DLT_API void dlt_sgd_options_default(dlt_sgd_options *o);
+/** Fills the first `size` bytes of o (size = the caller's sizeof) with torch.optim.SGD's
+ *  defaults (lr 1e-3, everything else 0) and o->size; the option-struct rule is in core.h
+ *  (a size below the first release's struct writes nothing; NULL is a no-op). */
+DLT_API void dlt_sgd_options_init(dlt_sgd_options *o, uint32_t size);
+/** dlt_sgd_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_sgd_options_default(dlt_sgd_options *o) {
+    dlt_sgd_options_init(o, (uint32_t)sizeof *o);
+}
 /** dlt_sgd_create with an option struct (NULL: all defaults); same rules and errors. */
 DLT_API DLT_NODISCARD dlt_status dlt_sgd_create_ex(dlt_tensor *const *params, int32_t n,
                                                    const dlt_sgd_options *o, dlt_optimizer **out);
@@ -139,12 +141,22 @@ typedef struct dlt_adamw_options {
     int32_t maximize;               /* 0 */
 } dlt_adamw_options;
 
-/** Fills o with size and torch.optim.AdamW's defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8,
+/** Fills the first `size` bytes of o (core.h: option structs) with torch.optim.AdamW's defaults
+ *  (lr 1e-3, betas 0.9/0.999, eps 1e-8,
  *  weight_decay 1e-2, decoupled_weight_decay 1). */
-DLT_API void dlt_adamw_options_default(dlt_adamw_options *o);
-/** Fills o with size and torch.optim.Adam's defaults (as AdamW's but weight_decay 0 and
+DLT_API void dlt_adamw_options_init(dlt_adamw_options *o, uint32_t size);
+/** dlt_adamw_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_adamw_options_default(dlt_adamw_options *o) {
+    dlt_adamw_options_init(o, (uint32_t)sizeof *o);
+}
+/** Fills the first `size` bytes of o (core.h: option structs) with torch.optim.Adam's defaults
+ *  (as AdamW's but weight_decay 0 and
  *  decoupled_weight_decay 0). */
-DLT_API void dlt_adam_options_default(dlt_adamw_options *o);
+DLT_API void dlt_adam_options_init(dlt_adamw_options *o, uint32_t size);
+/** dlt_adam_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_adam_options_default(dlt_adamw_options *o) {
+    dlt_adam_options_init(o, (uint32_t)sizeof *o);
+}
 
 /**
  * torch.optim.AdamW (or Adam, with o->decoupled_weight_decay = 0), amsgrad off, with
@@ -172,7 +184,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_adamw_create_ex(dlt_tensor *const *params, 
                                                      dlt_optimizer **out);
 /** The options of an Adam/AdamW optimizer as given at creation (lr and weight_decay:
  *  parameter group 0's at creation). out->size must be set (dlt_adamw_options_default);
- *  only fields within it are written. DLT_ERR_INVALID_ARGUMENT for an SGD optimizer. */
+ *  only fields within it are written. DLT_ERR_INVALID_ARGUMENT for an SGD optimizer or a
+ *  size below the first release's struct. */
 DLT_API DLT_NODISCARD dlt_status dlt_adamw_get_options(const dlt_optimizer *opt,
                                                        dlt_adamw_options *out);
 /** First moment of parameter i (borrowed), NULL if none yet or not Adam. */

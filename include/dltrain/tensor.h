@@ -126,6 +126,30 @@ DLT_API int32_t dlt_tensor_requires_grad(const dlt_tensor *t);
  *  written one since the last zero-grad. Always fp32 for fp32 leaves. */
 DLT_API dlt_tensor *dlt_tensor_grad(const dlt_tensor *t);
 
+/* ---- Printing (build) ---- */
+/**
+ * Writes the tensor as text, the way PyTorch's repr does with its default print options:
+ * "tensor([[ 0.1940,  2.1614],\n        [-0.1721,  0.8491]])", precision 4, fixed or
+ * scientific notation chosen for the whole tensor, values right-aligned, rows wrapped at 80
+ * columns; above 1000 elements every dimension longer than 6 shows its first and last 3
+ * entries around "...". Suffixes as PyTorch writes them: device='cuda:N', dtype=torch.X
+ * (unless float32 or int64), size=(...) for an empty tensor, requires_grad=True for a leaf
+ * that requires grad, grad_fn=<op> (the library's op name) for a result on the tape.
+ * The library itself never prints: the text goes to buf, as snprintf would write it.
+ * @param t       the tensor (borrowed). A CUDA tensor is copied to the host once (the whole
+ *                tensor), which synchronises with its context's stream.
+ * @param buf     receives min(n - 1, length) bytes of the text and a terminating NUL; may be
+ *                NULL when n is 0 (a size query).
+ * @param n       size of buf in bytes.
+ * @param needed  if not NULL, receives the buffer size the whole text needs (its length + 1);
+ *                a result larger than n means buf holds a truncated text.
+ * @return DLT_OK; DLT_ERR_NULL_POINTER (t, or buf with n > 0); DLT_ERR_INVALID_STATE (a CUDA
+ *         tensor during graph capture); DLT_ERR_OUT_OF_MEMORY; device errors of the copy.
+ *         On failure buf and *needed are unchanged.
+ */
+DLT_API DLT_NODISCARD dlt_status dlt_tensor_snprint(const dlt_tensor *t, char *buf, size_t n,
+                                                    size_t *needed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -128,6 +128,38 @@ dlt_status dlt_ctx_get_seed(const dlt_ctx *ctx, uint64_t *seed, uint64_t *offset
     return DLT_OK;
 }
 
+/* ---- gptex (issue 17): the generator's state for exact resumes ---- */
+/* The next op's offset is rng_offset + *rng_base (graph.c): eager ops reserve host offsets,
+ * replays advance the device word instead. */
+dlt_status dlt_ctx_get_rng_state(dlt_ctx *ctx, uint64_t *seed, uint64_t *offset) {
+    static const char *F = "dlt_ctx_get_rng_state";
+    DLT_NULL_CHECK(ctx, F);
+    DLT_CHECK(dlt__ctx_ok(ctx, F));
+    if (ctx->capturing) return dlt__err(DLT_ERR_INVALID_STATE, F, "reads the device: not allowed during capture");
+    uint64_t base = 0;
+    if (ctx->rng_base) {
+        dlt_status st = ctx->be->memcpy_d2h(ctx, &base, ctx->rng_base, sizeof base);
+        if (st != DLT_OK) return dlt__err_wrap(st, F);
+    }
+    if (seed) *seed = ctx->seed;
+    if (offset) *offset = ctx->rng_offset + base;
+    return DLT_OK;
+}
+
+dlt_status dlt_ctx_set_rng_state(dlt_ctx *ctx, uint64_t seed, uint64_t offset) {
+    static const char *F = "dlt_ctx_set_rng_state";
+    DLT_NULL_CHECK(ctx, F);
+    DLT_CHECK(dlt__ctx_ok(ctx, F));
+    if (ctx->capturing) return dlt__err(DLT_ERR_INVALID_STATE, F, "not allowed during graph capture");
+    if (ctx->rng_base) {
+        dlt_status st = ctx->be->memset0(ctx, ctx->rng_base, sizeof(uint64_t));
+        if (st != DLT_OK) return dlt__err_wrap(st, F);
+    }
+    ctx->seed = seed;
+    ctx->rng_offset = offset;
+    return DLT_OK;
+}
+
 dlt_status dlt__rng_base_ready(dlt_ctx *ctx, const char *func) {
     if (ctx->rng_base) return DLT_OK;
     if (ctx->capturing)

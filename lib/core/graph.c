@@ -68,7 +68,9 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
     dlt_status step_st = step(user);
     /* Random ops read their generator offsets relative to the device word rng_base: the
      * graph's last node moves it past what the capture reserved, so every replay draws
-     * fresh numbers (and eager calls after the graph never repeat a replay's) */
+     * fresh numbers. Eager random calls between replays add the same word to the host's
+     * counter, which stays past the capture's range while the word grows with each replay,
+     * so a later replay can draw an eager call's numbers again (docs/ops.md, dlt_dropout). */
     if (step_st == DLT_OK && ctx->rng_offset != rng0 && ctx->rng_base) {
         if (!ctx->be->rng_advance) {
             step_st = dlt__be_missing(ctx, F, "rng_advance");

@@ -23,28 +23,83 @@
 #include <stdlib.h>
 
 #include "ops_cpu.h"
+#include "parallel.h"
 
 #define BN_FN "dlt_batch_norm2d"
 
-/* Runs BODY for every element of a [N,C,H,W] tensor in memory order, with i the memory
- * index and c the channel. */
+/* Threads (DLT_PARALLEL_FOR): the per-channel sums go over channel blocks (one channel in
+ * NCHW, BN_CBLOCK channels visited pixel by pixel in NHWC), each channel's elements summed in
+ * ascending memory order as a single thread would: the results do not depend on the thread
+ * count. The elementwise passes (apply, dx) split over image planes (NCHW) or pixels (NHWC). */
+#define BN_CBLOCK 16
+
+static int64_t bn_blocks(const dlt_tensor *t) {
+    const int64_t C = t->shape[1];
+    return t->format == DLT_FORMAT_CHANNELS_LAST ? (C + BN_CBLOCK - 1) / BN_CBLOCK : C;
+}
+
+static void bn_block_range(const dlt_tensor *t, int64_t cb, int64_t *c0, int64_t *c1) {
+    const int64_t C = t->shape[1];
+    if (t->format != DLT_FORMAT_CHANNELS_LAST) {
+        *c0 = cb;
+        *c1 = cb + 1;
+        return;
+    }
+    *c0 = cb * BN_CBLOCK;
+    *c1 = *c0 + BN_CBLOCK < C ? *c0 + BN_CBLOCK : C;
+}
+
+/* Elements per channel block, for the grain. */
+static int64_t bn_block_work(const dlt_tensor *t) {
+    const int64_t nb = bn_blocks(t);
+    return nb ? t->numel / nb : 0;
+}
+
+/* Runs BODY for every element of channel block cb of a [N,C,H,W] tensor, with i the memory
+ * index and c the channel; each channel's elements in ascending memory order. */
+#define BN_FOR_BLOCK(t, cb, i, c, BODY)                                                       \
+    do {                                                                                      \
+        const int64_t bn_N = (t)->shape[0], bn_C = (t)->shape[1];                             \
+        const int64_t bn_HW = (t)->shape[2] * (t)->shape[3];                                  \
+        int64_t bn_c0, bn_c1;                                                                 \
+        bn_block_range((t), (cb), &bn_c0, &bn_c1);                                            \
+        if ((t)->format == DLT_FORMAT_CHANNELS_LAST) {                                        \
+            for (int64_t bn_m = 0; bn_m < bn_N * bn_HW; bn_m++)                               \
+                for (int64_t c = bn_c0; c < bn_c1; c++) {                                     \
+                    const int64_t i = bn_m * bn_C + c;                                        \
+                    BODY                                                                      \
+                }                                                                             \
+        } else {                                                                              \
+            const int64_t c = bn_c0;                                                          \
+            for (int64_t bn_n = 0; bn_n < bn_N; bn_n++)                                       \
+                for (int64_t bn_j = 0; bn_j < bn_HW; bn_j++) {                                \
+                    const int64_t i = (bn_n * bn_C + c) * bn_HW + bn_j;                       \
+                    BODY                                                                      \
+                }                                                                             \
+        }                                                                                     \
+    } while (0)
+
+/* Runs BODY for every element of a [N,C,H,W] tensor, in parallel over planes or pixels; BODY
+ * writes only element i. */
 #define BN_FOR_EACH(t, i, c, BODY)                                                            \
     do {                                                                                      \
         const int64_t bn_N = (t)->shape[0], bn_C = (t)->shape[1];                             \
         const int64_t bn_HW = (t)->shape[2] * (t)->shape[3];                                  \
         if ((t)->format == DLT_FORMAT_CHANNELS_LAST) {                                        \
-            for (int64_t bn_m = 0; bn_m < bn_N * bn_HW; bn_m++)                               \
+            DLT_PARALLEL_FOR(bn_m, bn_N * bn_HW, dlt__par_grain(bn_C)) {                      \
                 for (int64_t c = 0; c < bn_C; c++) {                                          \
                     const int64_t i = bn_m * bn_C + c;                                        \
                     BODY                                                                      \
                 }                                                                             \
+            }                                                                                 \
         } else {                                                                              \
-            for (int64_t bn_n = 0; bn_n < bn_N; bn_n++)                                       \
-                for (int64_t c = 0; c < bn_C; c++)                                            \
-                    for (int64_t bn_j = 0; bn_j < bn_HW; bn_j++) {                            \
-                        const int64_t i = (bn_n * bn_C + c) * bn_HW + bn_j;                   \
-                        BODY                                                                  \
-                    }                                                                         \
+            DLT_PARALLEL_FOR(bn_nc, bn_N * bn_C, dlt__par_grain(bn_HW)) {                     \
+                const int64_t c = bn_nc % bn_C;                                               \
+                for (int64_t bn_j = 0; bn_j < bn_HW; bn_j++) {                                \
+                    const int64_t i = bn_nc * bn_HW + bn_j;                                   \
+                    BODY                                                                      \
+                }                                                                             \
+            }                                                                                 \
         }                                                                                     \
     } while (0)
 
@@ -91,12 +146,16 @@ dlt_status dlt__cpu_bn_fwd_train(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *
     const void *px = dlt__data(x);
     const int32_t dt = x->dtype;
 
-    BN_FOR_EACH(x, i, c, { mean[c] += (double)dlt__ld(px, dt, i); });
-    for (int64_t c = 0; c < C; c++) mean[c] /= n;
-    BN_FOR_EACH(x, i, c, {
-        const double d = (double)dlt__ld(px, dt, i) - mean[c];
-        sq[c] += d * d;
-    });
+    DLT_PARALLEL_FOR(cb, bn_blocks(x), dlt__par_grain(bn_block_work(x))) {
+        int64_t c0, c1;
+        bn_block_range(x, cb, &c0, &c1);
+        BN_FOR_BLOCK(x, cb, i, c, { mean[c] += (double)dlt__ld(px, dt, i); });
+        for (int64_t c = c0; c < c1; c++) mean[c] /= n;
+        BN_FOR_BLOCK(x, cb, i, c, {
+            const double d = (double)dlt__ld(px, dt, i) - mean[c];
+            sq[c] += d * d;
+        });
+    }
     for (int64_t c = 0; c < C; c++) invstd[c] = 1.0 / sqrt(sq[c] / n + eps);
 
     if (save_mean) {
@@ -172,13 +231,15 @@ dlt_status dlt__cpu_bn_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dresidual, 
     const int32_t dt = x->dtype;
 
     /* pass 1: masked dy (written to dresidual) and the per-channel sums */
-    BN_FOR_EACH(x, i, c, {
-        double gv = (double)dlt__ld(pdy, dy->dtype, i);
-        if (py && dlt__ld(py, y->dtype, i) <= 0.0f) gv = 0.0;
-        if (pdr) dlt__st(pdr, dresidual->dtype, i, (float)gv);
-        sdy[c] += gv;
-        sdyx[c] += gv * ((double)dlt__ld(px, dt, i) - (double)mean[c]);
-    });
+    DLT_PARALLEL_FOR(cb, bn_blocks(x), dlt__par_grain(bn_block_work(x))) {
+        BN_FOR_BLOCK(x, cb, i, c, {
+            double gv = (double)dlt__ld(pdy, dy->dtype, i);
+            if (py && dlt__ld(py, y->dtype, i) <= 0.0f) gv = 0.0;
+            if (pdr) dlt__st(pdr, dresidual->dtype, i, (float)gv);
+            sdy[c] += gv;
+            sdyx[c] += gv * ((double)dlt__ld(px, dt, i) - (double)mean[c]);
+        });
+    }
     /* sum(g*xhat) = invstd * sum(g*(x-mean)) */
     for (int64_t c = 0; c < C; c++) sdyx[c] *= (double)invstd[c];
     if (dbeta) {

@@ -26,12 +26,18 @@
  * result converted back (dlt__cpu_to_f32_nchw / dlt__cpu_from_f32_nchw).
  * Gradient convention: dx is overwritten; dw and db are written with beta (0 overwrite,
  * 1 accumulate).
+ *
+ * Threads: the GEMMs are OpenBLAS's; the layout loops around them use DLT_PARALLEL_FOR.
+ * im2col/im2row split the rows they write; col2im/row2im, whose rows add into overlapping
+ * parts of dx, split what one thread owns alone (a sample's channel, a sample) and keep the
+ * serial order inside it, so every sum is made in the same order whatever the thread count.
  */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops_cpu.h"
+#include "parallel.h"
 
 #define CONV_FN "dlt_conv2d"
 /* Bytes of im2col (and output staging) buffer one chunk of samples may use. */
@@ -111,70 +117,70 @@ static void out_finish(dlt_tensor *t, float *staged, int32_t beta) {
 
 /* ---- im2col / col2im over a chunk of samples and one group ---- */
 
-/* col[(c*R + r)*S + s][nl*PQ + p*Q + q] = x[n0+nl, c0+c, p*sh-ph+r*dh, q*sw-pw+s*dw] or 0 */
+/* col[(c*R + r)*S + s][nl*PQ + p*Q + q] = x[n0+nl, c0+c, p*sh-ph+r*dh, q*sw-pw+s*dw] or 0;
+ * one row of col per iteration. */
 static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, int64_t c0,
                    float *col) {
     const int64_t L = nb * g->PQ;
-    for (int64_t c = 0; c < g->Cg; c++)
-        for (int64_t r = 0; r < g->R; r++)
-            for (int64_t s = 0; s < g->S; s++) {
-                float *row = col + ((c * g->R + r) * g->S + s) * L;
-                for (int64_t nl = 0; nl < nb; nl++) {
-                    const float *xc = x + ((n0 + nl) * g->C + c0 + c) * g->H * g->W;
-                    float *dst = row + nl * g->PQ;
-                    for (int64_t p = 0; p < g->P; p++) {
-                        const int64_t h = p * g->sh - g->ph + r * g->dh;
-                        float *d = dst + p * g->Q;
-                        if (h < 0 || h >= g->H) {
-                            memset(d, 0, (size_t)g->Q * sizeof(float));
-                            continue;
-                        }
-                        const float *xr = xc + h * g->W;
-                        const int64_t w0 = s * g->dw - g->pw;
-                        if (g->sw == 1 && w0 >= 0 && w0 + g->Q <= g->W) {
-                            memcpy(d, xr + w0, (size_t)g->Q * sizeof(float));
-                            continue;
-                        }
-                        for (int64_t q = 0; q < g->Q; q++) {
-                            const int64_t w = q * g->sw + w0;
-                            d[q] = (w >= 0 && w < g->W) ? xr[w] : 0.0f;
-                        }
-                    }
+    DLT_PARALLEL_FOR(crs, g->CRS, dlt__par_grain(L)) {
+        const int64_t c = crs / (g->R * g->S), r = crs / g->S % g->R, s = crs % g->S;
+        const int64_t w0 = s * g->dw - g->pw;
+        float *row = col + crs * L;
+        for (int64_t nl = 0; nl < nb; nl++) {
+            const float *xc = x + ((n0 + nl) * g->C + c0 + c) * g->H * g->W;
+            float *dst = row + nl * g->PQ;
+            for (int64_t p = 0; p < g->P; p++) {
+                const int64_t h = p * g->sh - g->ph + r * g->dh;
+                float *d = dst + p * g->Q;
+                if (h < 0 || h >= g->H) {
+                    memset(d, 0, (size_t)g->Q * sizeof(float));
+                    continue;
+                }
+                const float *xr = xc + h * g->W;
+                if (g->sw == 1 && w0 >= 0 && w0 + g->Q <= g->W) {
+                    memcpy(d, xr + w0, (size_t)g->Q * sizeof(float));
+                    continue;
+                }
+                for (int64_t q = 0; q < g->Q; q++) {
+                    const int64_t w = q * g->sw + w0;
+                    d[q] = (w >= 0 && w < g->W) ? xr[w] : 0.0f;
                 }
             }
+        }
+    }
 }
 
-/* dx[n0+nl, c0+c, h, w] += col[...] for every position im2col read (dx pre-zeroed). */
+/* dx[n0+nl, c0+c, h, w] += col[...] for every position im2col read (dx pre-zeroed); one
+ * (sample, channel) plane of dx per iteration, its additions in (r, s, p, q) order. */
 static void col2im_add(const conv_geom *g, const float *col, int64_t n0, int64_t nb, int64_t c0,
                        float *dx) {
     const int64_t L = nb * g->PQ;
-    for (int64_t c = 0; c < g->Cg; c++)
+    DLT_PARALLEL_FOR(nlc, nb * g->Cg, dlt__par_grain(g->R * g->S * g->PQ)) {
+        const int64_t nl = nlc / g->Cg, c = nlc % g->Cg;
+        float *xc = dx + ((n0 + nl) * g->C + c0 + c) * g->H * g->W;
         for (int64_t r = 0; r < g->R; r++)
             for (int64_t s = 0; s < g->S; s++) {
-                const float *row = col + ((c * g->R + r) * g->S + s) * L;
-                for (int64_t nl = 0; nl < nb; nl++) {
-                    float *xc = dx + ((n0 + nl) * g->C + c0 + c) * g->H * g->W;
-                    const float *src = row + nl * g->PQ;
-                    for (int64_t p = 0; p < g->P; p++) {
-                        const int64_t h = p * g->sh - g->ph + r * g->dh;
-                        if (h < 0 || h >= g->H) continue;
-                        float *xr = xc + h * g->W;
-                        const float *sr = src + p * g->Q;
-                        const int64_t w0 = s * g->dw - g->pw;
-                        for (int64_t q = 0; q < g->Q; q++) {
-                            const int64_t w = q * g->sw + w0;
-                            if (w >= 0 && w < g->W) xr[w] += sr[q];
-                        }
+                const float *src = col + ((c * g->R + r) * g->S + s) * L + nl * g->PQ;
+                const int64_t w0 = s * g->dw - g->pw;
+                for (int64_t p = 0; p < g->P; p++) {
+                    const int64_t h = p * g->sh - g->ph + r * g->dh;
+                    if (h < 0 || h >= g->H) continue;
+                    float *xr = xc + h * g->W;
+                    const float *sr = src + p * g->Q;
+                    for (int64_t q = 0; q < g->Q; q++) {
+                        const int64_t w = q * g->sw + w0;
+                        if (w >= 0 && w < g->W) xr[w] += sr[q];
                     }
                 }
             }
+    }
 }
 
 /* Gathers channels k0..k0+Kg of samples n0..n0+nb of t [N,K,PQ] into buf [Kg, nb*PQ]. */
 static void gather_rows(const conv_geom *g, const float *t, int64_t n0, int64_t nb, int64_t k0,
                         float *buf) {
     const int64_t L = nb * g->PQ;
-    for (int64_t k = 0; k < g->Kg; k++)
+    DLT_PARALLEL_FOR(k, g->Kg, dlt__par_grain(L))
         for (int64_t nl = 0; nl < nb; nl++)
             memcpy(buf + k * L + nl * g->PQ, t + ((n0 + nl) * g->K + k0 + k) * g->PQ,
                    (size_t)g->PQ * sizeof(float));
@@ -184,7 +190,7 @@ static void gather_rows(const conv_geom *g, const float *t, int64_t n0, int64_t 
 static void scatter_rows(const conv_geom *g, const float *buf, int64_t n0, int64_t nb, int64_t k0,
                          float *t) {
     const int64_t L = nb * g->PQ;
-    for (int64_t k = 0; k < g->Kg; k++)
+    DLT_PARALLEL_FOR(k, g->Kg, dlt__par_grain(L))
         for (int64_t nl = 0; nl < nb; nl++)
             memcpy(t + ((n0 + nl) * g->K + k0 + k) * g->PQ, buf + k * L + nl * g->PQ,
                    (size_t)g->PQ * sizeof(float));
@@ -220,7 +226,8 @@ static int64_t chunk_rows(const conv_geom *g) {
  * where (h, w) falls in the padding. */
 static void im2row(const conv_geom *g, const float *x, int64_t m0, int64_t mc, int64_t c0,
                    float *rows) {
-    for (int64_t m = m0; m < m0 + mc; m++) {
+    DLT_PARALLEL_FOR(ml, mc, dlt__par_grain(g->CRS)) {
+        const int64_t m = m0 + ml;
         const int64_t n = m / g->PQ, pq = m % g->PQ, p = pq / g->Q, q = pq % g->Q;
         float *dst = rows + (m - m0) * g->CRS;
         for (int64_t r = 0; r < g->R; r++) {
@@ -237,19 +244,28 @@ static void im2row(const conv_geom *g, const float *x, int64_t m0, int64_t mc, i
     }
 }
 
-/* dx[n, h, w, c0 + c] += rows[...] for every position im2row read (dx pre-zeroed). */
+/* dx[n, h, w, c0 + c] += rows[...] for every position im2row read (dx pre-zeroed). A
+ * sample's rows add only into that sample of dx: one sample per iteration, its rows in
+ * order. */
 static void row2im_add(const conv_geom *g, const float *rows, int64_t m0, int64_t mc, int64_t c0,
                        float *dx) {
-    for (int64_t m = m0; m < m0 + mc; m++) {
-        const int64_t n = m / g->PQ, pq = m % g->PQ, p = pq / g->Q, q = pq % g->Q;
-        const float *src = rows + (m - m0) * g->CRS;
-        for (int64_t r = 0; r < g->R; r++) {
-            const int64_t h = p * g->sh - g->ph + r * g->dh;
-            for (int64_t s = 0; s < g->S; s++, src += g->Cg) {
-                const int64_t w = q * g->sw - g->pw + s * g->dw;
-                if (h < 0 || h >= g->H || w < 0 || w >= g->W) continue;
-                float *d = dx + ((n * g->H + h) * g->W + w) * g->C + c0;
-                for (int64_t c = 0; c < g->Cg; c++) d[c] += src[c];
+    if (mc <= 0) return;
+    const int64_t n0 = m0 / g->PQ, n1 = (m0 + mc - 1) / g->PQ;
+    DLT_PARALLEL_FOR(nl, n1 - n0 + 1, dlt__par_grain(g->PQ * g->CRS)) {
+        const int64_t n = n0 + nl;
+        const int64_t ma = n * g->PQ > m0 ? n * g->PQ : m0;
+        const int64_t mb = (n + 1) * g->PQ < m0 + mc ? (n + 1) * g->PQ : m0 + mc;
+        for (int64_t m = ma; m < mb; m++) {
+            const int64_t pq = m % g->PQ, p = pq / g->Q, q = pq % g->Q;
+            const float *src = rows + (m - m0) * g->CRS;
+            for (int64_t r = 0; r < g->R; r++) {
+                const int64_t h = p * g->sh - g->ph + r * g->dh;
+                for (int64_t s = 0; s < g->S; s++, src += g->Cg) {
+                    const int64_t w = q * g->sw - g->pw + s * g->dw;
+                    if (h < 0 || h >= g->H || w < 0 || w >= g->W) continue;
+                    float *d = dx + ((n * g->H + h) * g->W + w) * g->C + c0;
+                    for (int64_t c = 0; c < g->Cg; c++) d[c] += src[c];
+                }
             }
         }
     }
@@ -276,9 +292,10 @@ static dlt_status nhwc_fwd(const conv_geom *g, float *y, const float *x, const f
                         y + m0 * g->K + gi * g->Kg, (int)g->K);
         }
     }
-    if (b)
-        for (int64_t m = 0; m < M; m++)
+    if (b) {
+        DLT_PARALLEL_FOR(m, M, dlt__par_grain(g->K))
             for (int64_t k = 0; k < g->K; k++) y[m * g->K + k] += b[k];
+    }
     free(rows);
     return DLT_OK;
 }
@@ -381,12 +398,12 @@ dlt_status dlt__cpu_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x,
             if (nb > 1) scatter_rows(&g, tmp, n0, nb, gi * g.Kg, yf);
         }
     }
-    if (bf)
-        for (int64_t n = 0; n < g.N; n++)
-            for (int64_t k = 0; k < g.K; k++) {
-                float *yr = yf + (n * g.K + k) * g.PQ;
-                for (int64_t i = 0; i < g.PQ; i++) yr[i] += bf[k];
-            }
+    if (bf) {
+        DLT_PARALLEL_FOR(nk, g.N * g.K, dlt__par_grain(g.PQ)) {
+            float *yr = yf + nk * g.PQ;
+            for (int64_t i = 0; i < g.PQ; i++) yr[i] += bf[nk % g.K];
+        }
+    }
     out_finish(y, ys, 0);
     ys = NULL;
 done:
@@ -528,9 +545,10 @@ dlt_status dlt__cpu_conv2d_bwd_bias(dlt_ctx *ctx, dlt_tensor *db, const dlt_tens
         for (int64_t i = 0; i < N * PQ; i++)
             for (int64_t k = 0; k < K; k++) acc[k] += dlt__ld(p, dy->dtype, i * K + k);
     } else if (dy->dtype == DLT_F32) {
+        /* one channel per iteration, its samples in order */
         const float *f = p;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) {
+        DLT_PARALLEL_FOR(k, K, dlt__par_grain(N * PQ))
+            for (int64_t n = 0; n < N; n++) {
                 const float *r = f + (n * K + k) * PQ;
                 double s = 0.0;
                 for (int64_t i = 0; i < PQ; i++) s += r[i];

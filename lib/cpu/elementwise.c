@@ -2,6 +2,8 @@
  * elementwise.c - CPU conversions, fills, Philox random fills, add, accumulate, scaling
  * and full reductions. Elements are visited in logical (NCHW) order where the result
  * depends on it (random fills), in memory order otherwise.
+ * Threads (DLT_PARALLEL_FOR): the layout conversions, dtype conversion, accumulate and
+ * scale write each element once from one iteration; the reductions stay serial.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 
 #include "../core/philox.h"
 #include "cpu.h"
+#include "parallel.h"
 
 /* Memory index of logical element i. */
 static inline int64_t mem_index(const dlt_tensor *t, int64_t i) {
@@ -26,17 +29,18 @@ float *dlt__cpu_to_f32_nchw(const dlt_tensor *t) {
         if (t->dtype == DLT_F32) {
             if (t->numel) memcpy(buf, p, (size_t)t->numel * 4);
         } else {
-            for (int64_t i = 0; i < t->numel; i++) buf[i] = dlt__ld(p, t->dtype, i);
+            DLT_PARALLEL_FOR(i, t->numel, DLT_PARALLEL_MIN_WORK) buf[i] = dlt__ld(p, t->dtype, i);
         }
         return buf;
     }
     const int64_t N = t->shape[0], C = t->shape[1], H = t->shape[2], W = t->shape[3];
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t w = 0; w < W; w++)
-                for (int64_t c = 0; c < C; c++)
-                    buf[((n * C + c) * H + h) * W + w] =
-                        dlt__ld(p, t->dtype, ((n * H + h) * W + w) * C + c);
+    DLT_PARALLEL_FOR(nh, N * H, dlt__par_grain(W * C)) {
+        const int64_t n = nh / H, h = nh % H;
+        for (int64_t w = 0; w < W; w++)
+            for (int64_t c = 0; c < C; c++)
+                buf[((n * C + c) * H + h) * W + w] =
+                    dlt__ld(p, t->dtype, ((n * H + h) * W + w) * C + c);
+    }
     return buf;
 }
 
@@ -47,7 +51,7 @@ void dlt__cpu_from_f32_nchw(dlt_tensor *t, const float *src, int32_t beta) {
             if (t->numel) memcpy(p, src, (size_t)t->numel * 4);
             return;
         }
-        for (int64_t i = 0; i < t->numel; i++) {
+        DLT_PARALLEL_FOR(i, t->numel, DLT_PARALLEL_MIN_WORK) {
             float v = src[i];
             if (beta) v += dlt__ld(p, t->dtype, i);
             dlt__st(p, t->dtype, i, v);
@@ -55,15 +59,16 @@ void dlt__cpu_from_f32_nchw(dlt_tensor *t, const float *src, int32_t beta) {
         return;
     }
     const int64_t N = t->shape[0], C = t->shape[1], H = t->shape[2], W = t->shape[3];
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t w = 0; w < W; w++) {
-                    int64_t m = ((n * H + h) * W + w) * C + c;
-                    float v = src[((n * C + c) * H + h) * W + w];
-                    if (beta) v += dlt__ld(p, t->dtype, m);
-                    dlt__st(p, t->dtype, m, v);
-                }
+    DLT_PARALLEL_FOR(nh, N * H, dlt__par_grain(W * C)) {
+        const int64_t n = nh / H, h = nh % H;
+        for (int64_t w = 0; w < W; w++)
+            for (int64_t c = 0; c < C; c++) {
+                int64_t m = ((n * H + h) * W + w) * C + c;
+                float v = src[((n * C + c) * H + h) * W + w];
+                if (beta) v += dlt__ld(p, t->dtype, m);
+                dlt__st(p, t->dtype, m, v);
+            }
+    }
 }
 
 static inline int64_t ld_int(const void *p, int32_t dtype, int64_t i) {
@@ -83,7 +88,7 @@ dlt_status dlt__cpu_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src
     void *d = dlt__data(dst);
     const int same_fmt = dst->format == src->format;
     const int si_int = !dlt__is_float(src->dtype), di_int = !dlt__is_float(dst->dtype);
-    for (int64_t i = 0; i < src->numel; i++) {
+    DLT_PARALLEL_FOR(i, src->numel, DLT_PARALLEL_MIN_WORK) {
         int64_t si = same_fmt ? i : mem_index(src, i);
         int64_t di = same_fmt ? i : mem_index(dst, i);
         if (si_int && di_int) {
@@ -157,13 +162,13 @@ dlt_status dlt__cpu_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *
     if (same_fmt && dst->dtype == DLT_F32 && src->dtype == DLT_F32) {
         float *fd = d;
         const float *fs = s;
-        if (beta)
-            for (int64_t i = 0; i < dst->numel; i++) fd[i] += fs[i];
-        else
+        if (beta) {
+            DLT_PARALLEL_FOR(i, dst->numel, DLT_PARALLEL_MIN_WORK) fd[i] += fs[i];
+        } else
             memcpy(fd, fs, (size_t)dst->numel * 4);
         return DLT_OK;
     }
-    for (int64_t i = 0; i < dst->numel; i++) {
+    DLT_PARALLEL_FOR(i, dst->numel, DLT_PARALLEL_MIN_WORK) {
         int64_t si = same_fmt ? i : mem_index(src, i);
         int64_t di = same_fmt ? i : mem_index(dst, i);
         float v = dlt__ld(s, src->dtype, si);
@@ -180,7 +185,7 @@ dlt_status dlt__cpu_scale(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, cons
     float f = s ? ((const float *)dlt__data(s))[0] : 1.0f;
     const void *px = dlt__data(x);
     void *py = dlt__data(y);
-    for (int64_t i = 0; i < y->numel; i++) {
+    DLT_PARALLEL_FOR(i, y->numel, DLT_PARALLEL_MIN_WORK) {
         float v = dlt__ld(px, x->dtype, i) * f;
         if (alpha != 1.0) v = (float)(v * alpha);
         dlt__st(py, y->dtype, i, v);

@@ -30,4 +30,15 @@ static inline int dlt__cpu_threads(void) { return omp_get_max_threads(); }
 static inline int dlt__cpu_threads(void) { return 1; }
 #endif
 
+/* ---- build: grains by work ----
+ * A loop whose iterations each cover many elements (a channel, an image plane) goes
+ * parallel from about DLT_PARALLEL_MIN_WORK elements in all: dlt__par_grain(elements per
+ * iteration) is the iteration count from which that holds, for DLT_PARALLEL_FOR's grain. */
+#define DLT_PARALLEL_MIN_WORK 32768
+static inline int64_t dlt__par_grain(int64_t work_per_iter) {
+    if (work_per_iter >= DLT_PARALLEL_MIN_WORK) return 2;
+    if (work_per_iter < 1) work_per_iter = 1;
+    return (DLT_PARALLEL_MIN_WORK + work_per_iter - 1) / work_per_iter;
+}
+
 #endif

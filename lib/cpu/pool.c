@@ -16,12 +16,17 @@
  *
  * All tensors of a call share dtype (f32/f16/bf16 via dlt__ld/dlt__st) and memory format;
  * element offsets come from dlt__off4.
+ *
+ * Threads (DLT_PARALLEL_FOR) split the (n, c) planes: a plane's outputs, and in max-pool
+ * backward the additions into its dx plane (indices stay inside the plane), are made by one
+ * thread in the serial order, so results do not depend on the thread count.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops_cpu.h"
+#include "parallel.h"
 
 dlt_status dlt__cpu_maxpool_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *indices,
                                 const dlt_tensor *x, const dlt_pool_params *p) {
@@ -33,29 +38,30 @@ dlt_status dlt__cpu_maxpool_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *indices
     const void *px = dlt__data(x);
     void *py = dlt__data(y);
     int32_t *pi = dlt__data(indices);
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t op = 0; op < P; op++) {
-                const int64_t h0 = op * sh - ph;
-                const int64_t hs = h0 < 0 ? 0 : h0, he = h0 + kh < H ? h0 + kh : H;
-                for (int64_t oq = 0; oq < Q; oq++) {
-                    const int64_t w0 = oq * sw - pw;
-                    const int64_t ws = w0 < 0 ? 0 : w0, we = w0 + kw < W ? w0 + kw : W;
-                    float maxval = -INFINITY;
-                    int64_t maxidx = hs * W + ws;
-                    for (int64_t h = hs; h < he; h++)
-                        for (int64_t w = ws; w < we; w++) {
-                            const float v = dlt__ld(px, x->dtype, dlt__off4(x, n, c, h, w));
-                            if (v > maxval || v != v) {
-                                maxval = v;
-                                maxidx = h * W + w;
-                            }
+    DLT_PARALLEL_FOR(nc, N * C, dlt__par_grain(P * Q * kh * kw)) {
+        const int64_t n = nc / C, c = nc % C;
+        for (int64_t op = 0; op < P; op++) {
+            const int64_t h0 = op * sh - ph;
+            const int64_t hs = h0 < 0 ? 0 : h0, he = h0 + kh < H ? h0 + kh : H;
+            for (int64_t oq = 0; oq < Q; oq++) {
+                const int64_t w0 = oq * sw - pw;
+                const int64_t ws = w0 < 0 ? 0 : w0, we = w0 + kw < W ? w0 + kw : W;
+                float maxval = -INFINITY;
+                int64_t maxidx = hs * W + ws;
+                for (int64_t h = hs; h < he; h++)
+                    for (int64_t w = ws; w < we; w++) {
+                        const float v = dlt__ld(px, x->dtype, dlt__off4(x, n, c, h, w));
+                        if (v > maxval || v != v) {
+                            maxval = v;
+                            maxidx = h * W + w;
                         }
-                    const int64_t o = dlt__off4(y, n, c, op, oq);
-                    dlt__st(py, y->dtype, o, maxval);
-                    pi[o] = (int32_t)maxidx;
-                }
+                    }
+                const int64_t o = dlt__off4(y, n, c, op, oq);
+                dlt__st(py, y->dtype, o, maxval);
+                pi[o] = (int32_t)maxidx;
             }
+        }
+    }
     return DLT_OK;
 }
 
@@ -75,16 +81,17 @@ dlt_status dlt__cpu_maxpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *
                         "cannot allocate the backward accumulator (%lld elements)",
                         (long long)dx->numel);
     memset(acc, 0, (size_t)dx->numel * sizeof(float));
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t op = 0; op < P; op++)
-                for (int64_t oq = 0; oq < Q; oq++) {
-                    const int64_t idx = pi[dlt__off4(indices, n, c, op, oq)];
-                    acc[dlt__off4(dx, n, c, idx / W, idx % W)] +=
-                        dlt__ld(pdy, dy->dtype, dlt__off4(dy, n, c, op, oq));
-                }
+    DLT_PARALLEL_FOR(nc, N * C, dlt__par_grain(P * Q)) {
+        const int64_t n = nc / C, c = nc % C;
+        for (int64_t op = 0; op < P; op++)
+            for (int64_t oq = 0; oq < Q; oq++) {
+                const int64_t idx = pi[dlt__off4(indices, n, c, op, oq)];
+                acc[dlt__off4(dx, n, c, idx / W, idx % W)] +=
+                    dlt__ld(pdy, dy->dtype, dlt__off4(dy, n, c, op, oq));
+            }
+    }
     if (acc != pdx) {
-        for (int64_t i = 0; i < dx->numel; i++) dlt__st(pdx, dx->dtype, i, acc[i]);
+        DLT_PARALLEL_FOR(i, dx->numel, DLT_PARALLEL_MIN_WORK) dlt__st(pdx, dx->dtype, i, acc[i]);
         free(acc);
     }
     return DLT_OK;
@@ -97,27 +104,28 @@ dlt_status dlt__cpu_gavgpool_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *
     const void *px = dlt__data(x);
     void *py = dlt__data(y);
     if (x->format == DLT_FORMAT_CHANNELS_LAST) {
-        double *acc = calloc((size_t)C, sizeof(double));
-        if (!acc)
+        /* one row of channel sums per sample, so samples can go to different threads */
+        double *sums = calloc((size_t)(N * C > 0 ? N * C : 1), sizeof(double));
+        if (!sums)
             return dlt__err(DLT_ERR_OUT_OF_MEMORY, "dlt_global_avg_pool2d",
-                            "cannot allocate %lld channel sums", (long long)C);
-        for (int64_t n = 0; n < N; n++) {
-            memset(acc, 0, (size_t)C * sizeof(double));
+                            "cannot allocate %lld channel sums", (long long)(N * C));
+        DLT_PARALLEL_FOR(n, N, dlt__par_grain(HW * C)) {
+            double *acc = sums + n * C;
             for (int64_t j = 0; j < HW; j++)
                 for (int64_t c = 0; c < C; c++) acc[c] += dlt__ld(px, x->dtype, (n * HW + j) * C + c);
             for (int64_t c = 0; c < C; c++)
                 dlt__st(py, y->dtype, dlt__off4(y, n, c, 0, 0), (float)(acc[c] / (double)HW));
         }
-        free(acc);
+        free(sums);
         return DLT_OK;
     }
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++) {
-            double s = 0.0;
-            const int64_t base = (n * C + c) * HW;
-            for (int64_t j = 0; j < HW; j++) s += dlt__ld(px, x->dtype, base + j);
-            dlt__st(py, y->dtype, dlt__off4(y, n, c, 0, 0), (float)(s / (double)HW));
-        }
+    DLT_PARALLEL_FOR(nc, N * C, dlt__par_grain(HW)) {
+        const int64_t n = nc / C, c = nc % C;
+        double s = 0.0;
+        const int64_t base = nc * HW;
+        for (int64_t j = 0; j < HW; j++) s += dlt__ld(px, x->dtype, base + j);
+        dlt__st(py, y->dtype, dlt__off4(y, n, c, 0, 0), (float)(s / (double)HW));
+    }
     return DLT_OK;
 }
 
@@ -128,11 +136,11 @@ dlt_status dlt__cpu_gavgpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor 
     const float hw = (float)(H * W);
     const void *pdy = dlt__data(dy);
     void *pdx = dlt__data(dx);
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++) {
-            const float v = dlt__ld(pdy, dy->dtype, dlt__off4(dy, n, c, 0, 0)) / hw;
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t w = 0; w < W; w++) dlt__st(pdx, dx->dtype, dlt__off4(dx, n, c, h, w), v);
-        }
+    DLT_PARALLEL_FOR(nc, N * C, dlt__par_grain(H * W)) {
+        const int64_t n = nc / C, c = nc % C;
+        const float v = dlt__ld(pdy, dy->dtype, dlt__off4(dy, n, c, 0, 0)) / hw;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t w = 0; w < W; w++) dlt__st(pdx, dx->dtype, dlt__off4(dx, n, c, h, w), v);
+    }
     return DLT_OK;
 }

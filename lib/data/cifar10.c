@@ -113,7 +113,7 @@ dlt_status dlt_cifar10_open(dlt_ctx *ctx, const char *dir, int32_t split, dlt_da
     struct stat sb;
     if (stat(dir, &sb) != 0)
         return dlt__err(DLT_ERR_IO, F, "cannot open the CIFAR-10 directory %s: %s", dir,
-                        dlt__data_err_text(errno, eb, sizeof eb));
+                        dlt__errno_text(errno, eb, sizeof eb));
     if (!S_ISDIR(sb.st_mode))
         return dlt__err(DLT_ERR_IO, F, "%s is not a directory (for one file use dlt_cifar10_open_file)",
                         dir);

@@ -25,6 +25,7 @@
 #define DLT_DATA_INTERNAL_H
 
 #include "../core/internal.h"
+#include "../core/files.h"
 #include "../core/philox.h"
 
 #include <stdio.h>
@@ -152,18 +153,6 @@ dlt_status dlt__record_files_load(dlt_ctx *ctx, dlt_record_file *files, int nfil
                                   const dlt_record_layout *lay, const char *func,
                                   dlt_dataset **out);
 void dlt__record_files_close(dlt_record_file *files, int n);
-/* strerror_r into buf. */
-const char *dlt__data_err_text(int e, char *buf, size_t n);
-/* Opens path read-only if it is a regular file (FIFOs, directories and devices are refused
- * without blocking); *fd_out and *size on success. With optional = 1 (and absent given) a
- * missing file sets *absent and succeeds. Messages name the file and the system's cause
- * (a symlink loop, permission denied, a dangling link: "No such file or directory"). */
-dlt_status dlt__data_open_regular(const char *path, int optional, const char *func, int *fd_out,
-                                  int64_t *size, int *absent);
-/* Reads exactly n bytes (EINTR retried); a short file is DLT_ERR_IO naming path and what. */
-dlt_status dlt__data_read_exact(int fd, void *buf, size_t n, const char *path, const char *what,
-                                const char *func);
-
 /* ---- token data (lib/data/tokens.c, lib/data/tokenizer.c) ---- */
 
 /* llm.c's token files: 256 int32 of header ([0] magic, [1] version, [2] token count), then

@@ -19,7 +19,7 @@
  * is read. Labels are gathered on the host (4 bytes per record) and attached at the end,
  * once their number of classes is known.
  *
- * dlt__data_open_regular and dlt__data_read_exact are the data readers' one way to open and
+ * dlt__file_open_regular and dlt__file_read_exact are the data readers' one way to open and
  * read a file (token files and text files use them too): regular files only, opened
  * without blocking on FIFOs, every failure naming the file and the system's reason.
  */
@@ -31,85 +31,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/options.h"
 #include "data_internal.h"
 
 #define CHUNK_BYTES (4u << 20) /* staging buffer: records per chunk = this / record bytes */
 #define MAX_RECORD_BYTES ((int64_t)1 << 30)
 #define MAX_HEADER_BYTES ((int64_t)1 << 40)
 
-const char *dlt__data_err_text(int e, char *buf, size_t n) {
-    if (strerror_r(e, buf, n) != 0) snprintf(buf, n, "error %d", e);
-    return buf;
-}
-
-dlt_status dlt__data_open_regular(const char *path, int optional, const char *F, int *fd_out,
-                                  int64_t *size, int *absent) {
-    char eb[128];
-    if (absent) *absent = 0;
-    /* O_NONBLOCK: opening a FIFO planted under a file name must not hang (it is refused
-     * below as not a regular file; the flag changes nothing for regular files) */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        /* absent means no directory entry at all: a dangling symlink under a file name is a
-         * file that cannot be read, not a missing one (open says ENOENT for both) */
-        struct stat lsb;
-        const int dangling = e == ENOENT && lstat(path, &lsb) == 0;
-        if (optional && e == ENOENT && !dangling && absent) {
-            *absent = 1;
-            return DLT_OK;
-        }
-        if (dangling)
-            return dlt__err(DLT_ERR_IO, F, "cannot open %s: %s (it is a symlink to a missing file)", path,
-                            dlt__data_err_text(e, eb, sizeof eb));
-        return dlt__err(DLT_ERR_IO, F, "cannot open %s: %s", path, dlt__data_err_text(e, eb, sizeof eb));
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return dlt__err(DLT_ERR_IO, F, "cannot read the size of %s: %s", path,
-                        dlt__data_err_text(e, eb, sizeof eb));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return dlt__err(DLT_ERR_IO, F, "%s is not a regular file", path);
-    }
-    *fd_out = fd;
-    *size = (int64_t)sb.st_size;
-    return DLT_OK;
-}
-
-dlt_status dlt__data_read_exact(int fd, void *buf, size_t n, const char *path, const char *what,
-                                const char *F) {
-    char eb[128];
-    size_t done = 0;
-    while (done < n) {
-        ssize_t got = read(fd, (char *)buf + done, n - done);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0)
-            return dlt__err(DLT_ERR_IO, F, "%s: read failed in %s: %s", path, what,
-                            dlt__data_err_text(errno, eb, sizeof eb));
-        if (got == 0)
-            return dlt__err(DLT_ERR_IO, F, "%s: the file ended in %s (it shrank while being read)",
-                            path, what);
-        done += (size_t)got;
-    }
-    return DLT_OK;
-}
-
 dlt_status dlt__record_file_open(const char *path, const dlt_record_layout *lay, int optional,
                                  const char *F, dlt_record_file *rf, int *absent) {
     char eb[128];
     int fd = -1;
     int64_t fsize = 0;
-    DLT_CHECK(dlt__data_open_regular(path, optional, F, &fd, &fsize, absent));
+    DLT_CHECK(dlt__file_open_regular(path, optional, F, &fd, &fsize, absent));
     if (*absent) return DLT_OK;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         int e = errno;
         close(fd);
-        return dlt__err(DLT_ERR_IO, F, "cannot open %s: %s", path, dlt__data_err_text(e, eb, sizeof eb));
+        return dlt__err(DLT_ERR_IO, F, "cannot open %s: %s", path, dlt__errno_text(e, eb, sizeof eb));
     }
     const long long size = (long long)fsize, R = (long long)lay->record_bytes,
                     head = (long long)lay->header_bytes;
@@ -132,7 +72,7 @@ dlt_status dlt__record_file_open(const char *path, const dlt_record_layout *lay,
                       path, size, head, R, (size - head) / R, (size - head) % R, R);
     else if (head > 0 && fseeko(f, (off_t)head, SEEK_SET) != 0)
         st = dlt__err(DLT_ERR_IO, F, "%s: cannot skip the %lld-byte header: %s", path, head,
-                      dlt__data_err_text(errno, eb, sizeof eb));
+                      dlt__errno_text(errno, eb, sizeof eb));
     if (st != DLT_OK) {
         fclose(f);
         return st;
@@ -212,7 +152,7 @@ dlt_status dlt__record_files_load(dlt_ctx *ctx, dlt_record_file *files, int nfil
                 if (ferror(rf->f))
                     st = dlt__err(DLT_ERR_IO, F, "%s: read failed in record %lld: %s", rf->path,
                                   (long long)(r0 + (int64_t)(got / R)),
-                                  dlt__data_err_text(e ? e : EIO, eb, sizeof eb));
+                                  dlt__errno_text(e ? e : EIO, eb, sizeof eb));
                 else
                     st = dlt__err(DLT_ERR_IO, F,
                                   "%s: the file ended in record %lld (it shrank while being read)",
@@ -267,33 +207,23 @@ fail:
 
 /* ---- dlt_record_files_open ---- */
 
-void dlt_record_file_options_default(dlt_record_file_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->label_width = 1;
-    o->label_big_endian = 0;
-    o->num_classes = 10;
-    o->header_bytes = 0;
-    o->record_bytes = 1 + DLT_DATA_IMAGE_BYTES;
-    o->label_offset = 0;
-    o->image_offset = 1;
-    o->channels = DLT_DATA_C;
-    o->height = DLT_DATA_H;
-    o->width = DLT_DATA_W;
-}
+/* CIFAR-10's batch-file layout */
+static const dlt_record_file_options RF_DEFAULTS = {.size = sizeof(dlt_record_file_options),
+                                                    .label_width = 1,
+                                                    .label_big_endian = 0,
+                                                    .num_classes = 10,
+                                                    .header_bytes = 0,
+                                                    .record_bytes = 1 + DLT_DATA_IMAGE_BYTES,
+                                                    .label_offset = 0,
+                                                    .image_offset = 1,
+                                                    .channels = DLT_DATA_C,
+                                                    .height = DLT_DATA_H,
+                                                    .width = DLT_DATA_W};
+/* the first release's struct ends after width */
+#define RF_OPTIONS_V1 DLT__FIELD_END(dlt_record_file_options, width)
 
-/* The caller's options over the defaults: only the fields that lie within o->size. */
-static dlt_record_file_options read_options(const dlt_record_file_options *o) {
-    dlt_record_file_options v;
-    dlt_record_file_options_default(&v);
-    if (o) {
-        size_t n = o->size < sizeof v ? o->size : sizeof v;
-        if (n > sizeof v.size) memcpy((char *)&v + sizeof v.size, (const char *)o + sizeof v.size,
-                                      n - sizeof v.size);
-    }
-    v.size = (uint32_t)sizeof v;
-    return v;
+void dlt_record_file_options_init(dlt_record_file_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &RF_DEFAULTS, sizeof RF_DEFAULTS, RF_OPTIONS_V1);
 }
 
 static dlt_status check_layout(const dlt_record_file_options *o, const char *F) {
@@ -341,7 +271,8 @@ dlt_status dlt_record_files_open(dlt_ctx *ctx, const char *const *paths, int32_t
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "n_paths %d is outside 1..4096", n_paths);
     for (int32_t i = 0; i < n_paths; i++)
         if (!paths[i]) return dlt__err(DLT_ERR_NULL_POINTER, F, "paths[%d] is NULL", i);
-    dlt_record_file_options opt = read_options(o);
+    dlt_record_file_options opt = RF_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&opt, sizeof opt, o, RF_OPTIONS_V1, "dlt_record_file_options", F));
     DLT_CHECK(check_layout(&opt, F));
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     dlt_record_layout lay;

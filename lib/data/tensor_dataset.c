@@ -13,27 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/options.h"
 #include "data_internal.h"
 
-void dlt_tensor_dataset_options_default(dlt_tensor_dataset_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->image = 0;
-    o->num_classes = 0;
-}
+static const dlt_tensor_dataset_options TD_DEFAULTS = {.size = sizeof(dlt_tensor_dataset_options), .image = 0,
+                                                       .num_classes = 0};
+/* the first release's struct ends after num_classes */
+#define TD_OPTIONS_V1 DLT__FIELD_END(dlt_tensor_dataset_options, num_classes)
 
-/* The caller's options over the defaults: only the fields that lie within o->size. */
-static dlt_tensor_dataset_options read_options(const dlt_tensor_dataset_options *o) {
-    dlt_tensor_dataset_options v;
-    dlt_tensor_dataset_options_default(&v);
-    if (o) {
-        size_t n = o->size < sizeof v ? o->size : sizeof v;
-        if (n > sizeof v.size) memcpy((char *)&v + sizeof v.size, (const char *)o + sizeof v.size,
-                                      n - sizeof v.size);
-    }
-    v.size = (uint32_t)sizeof v;
-    return v;
+void dlt_tensor_dataset_options_init(dlt_tensor_dataset_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &TD_DEFAULTS, sizeof TD_DEFAULTS, TD_OPTIONS_V1);
 }
 
 /* Labels to host int32, checked against num_classes (0: at most DLT_DATA_MAX_CLASSES
@@ -87,7 +76,8 @@ dlt_status dlt_tensor_dataset_create(const dlt_tensor *x, const dlt_tensor *labe
     static const char *F = "dlt_tensor_dataset_create";
     DLT_NULL_CHECK(x, F);
     DLT_NULL_CHECK(out, F);
-    dlt_tensor_dataset_options opt = read_options(o);
+    dlt_tensor_dataset_options opt = TD_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&opt, sizeof opt, o, TD_OPTIONS_V1, "dlt_tensor_dataset_options", F));
     if (opt.image != 0 && opt.image != 1)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "image must be 0 or 1, got %d", opt.image);
     if (opt.num_classes < 0 || opt.num_classes > DLT_DATA_MAX_CLASSES)

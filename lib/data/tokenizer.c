@@ -175,7 +175,7 @@ static dlt_status read_text(dlt_ctx *ctx, const char *path, const char *F, int32
                             int64_t *n) {
     int fd = -1;
     int64_t size = 0;
-    DLT_CHECK(dlt__data_open_regular(path, 0, F, &fd, &size, NULL));
+    DLT_CHECK(dlt__file_open_regular(path, 0, F, &fd, &size, NULL));
     dlt_status st = DLT_OK;
     unsigned char *buf = NULL;
     if (size == 0)
@@ -186,7 +186,7 @@ static dlt_status read_text(dlt_ctx *ctx, const char *path, const char *F, int32
     else if (!(buf = dlt__host_alloc(ctx, (size_t)size)))
         st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate %lld bytes for %s", (long long)size,
                       path);
-    if (st == DLT_OK) st = dlt__data_read_exact(fd, buf, (size_t)size, path, "the text", F);
+    if (st == DLT_OK) st = dlt__file_read_exact(fd, buf, (size_t)size, path, "the text", F);
     close(fd);
     if (st == DLT_OK) st = decode(ctx, buf, (size_t)size, 1, path, F, cps, n);
     free(buf);

@@ -94,7 +94,7 @@ static dlt_status read_layout(int fd, const char *path, int32_t format, int64_t 
                             path, (long long)size, (long long)size - 1);
         if (size >= 4) {
             uint8_t first[4];
-            DLT_CHECK(dlt__data_read_exact(fd, first, 4, path, "the first tokens", F));
+            DLT_CHECK(dlt__file_read_exact(fd, first, 4, path, "the first tokens", F));
             if (le32(first) == DLT_TOKENS_MAGIC)
                 return dlt__err(DLT_ERR_FORMAT, F,
                                 "%s starts with llm.c's magic %d: it is an llm.c token file (open "
@@ -112,7 +112,7 @@ static dlt_status read_layout(int fd, const char *path, int32_t format, int64_t 
                         "%s: %lld bytes is shorter than llm.c's %lld-byte header (truncated?)", path,
                         (long long)size, (long long)head);
     uint8_t h[4 * DLT_TOKENS_HEADER_INTS];
-    DLT_CHECK(dlt__data_read_exact(fd, h, sizeof h, path, "the header", F));
+    DLT_CHECK(dlt__file_read_exact(fd, h, sizeof h, path, "the header", F));
     int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), n = (int32_t)le32(h + 8);
     if (magic != DLT_TOKENS_MAGIC)
         return dlt__err(DLT_ERR_FORMAT, F,
@@ -149,7 +149,7 @@ dlt_status dlt_token_file_open(dlt_ctx *ctx, const char *path, int32_t format, i
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     int fd = -1;
     int64_t size = 0, count = 0, off = 0;
-    DLT_CHECK(dlt__data_open_regular(path, 0, F, &fd, &size, NULL));
+    DLT_CHECK(dlt__file_open_regular(path, 0, F, &fd, &size, NULL));
     dlt_token_dataset *ds = NULL;
     uint8_t *raw = NULL;
     uint16_t *tok = NULL;
@@ -165,7 +165,7 @@ dlt_status dlt_token_file_open(dlt_ctx *ctx, const char *path, int32_t format, i
     }
     for (int64_t i0 = 0; i0 < count; i0 += chunk) {
         int64_t k = count - i0 < chunk ? count - i0 : chunk;
-        DLT_CHECK_GOTO(st, dlt__data_read_exact(fd, raw, (size_t)k * 2, path, "the tokens", F), done);
+        DLT_CHECK_GOTO(st, dlt__file_read_exact(fd, raw, (size_t)k * 2, path, "the tokens", F), done);
         for (int64_t i = 0; i < k; i++) tok[i] = (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8);
         int64_t bad = first_bad(tok, k, vocab_size);
         if (bad >= 0) {

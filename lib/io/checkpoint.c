@@ -179,9 +179,25 @@ static dlt_status adam_entries(dlt_module *m, dlt_optimizer *opt, dlt__st_out *e
     return st;
 }
 
-dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optimizer *opt,
-                               dlt_grad_scaler *scaler, int64_t epoch, int64_t step) {
-    static const char *F = "dlt_checkpoint_save";
+/* gptex (issue 17): a program's own "train.*" entries (dlt_checkpoint_save_ex) */
+static dlt_status check_extras(const char *const *names, dlt_tensor *const *extra, int32_t n, const char *F) {
+    if (n < 0) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "n_extra %d is negative", n);
+    if (n > 0 && (!names || !extra)) return dlt__err(DLT_ERR_NULL_POINTER, F, "extra_names or extra is NULL");
+    for (int32_t i = 0; i < n; i++) {
+        if (!names[i] || !extra[i]) return dlt__err(DLT_ERR_NULL_POINTER, F, "extra entry %d is NULL", i);
+        if (!has_prefix(names[i], "train.") || !names[i][6] || strcmp(names[i], "train.epoch") == 0 ||
+            strcmp(names[i], "train.step") == 0)
+            return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
+                            "extra entry '%.200s' must be named \"train.<name>\" (not train.epoch or "
+                            "train.step, which the checkpoint writes itself)", names[i]);
+    }
+    return DLT_OK;
+}
+
+static dlt_status checkpoint_save(const char *path, const dlt_module *cm, dlt_optimizer *opt,
+                                  dlt_grad_scaler *scaler, int64_t epoch, int64_t step,
+                                  const char *const *extra_names, dlt_tensor *const *extra, int32_t n_extra,
+                                  const char *F) {
     DLT_NULL_CHECK(path, F);
     DLT_NULL_CHECK(cm, F);
     dlt_module *m = (dlt_module *)cm;
@@ -189,6 +205,7 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
     if (epoch < 0 || step < 0)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "epoch (%lld) and step (%lld) must not be "
                         "negative", (long long)epoch, (long long)step);
+    DLT_CHECK(check_extras(extra_names, extra, n_extra, F));
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
     DLT_CHECK(dlt__module_sync_buffers(m, F));
     DLT_CHECK(dlt__module_flat(m, F));
@@ -222,7 +239,7 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
     put_int(sc, &nsc, "train.step", DLT_I64, step);
 
     /* module entries, momentum buffers or Adam state (3 per parameter), scalars */
-    int32_t cap = m->n_flat * 4 + nsc;
+    int32_t cap = m->n_flat * 4 + nsc + n_extra;
     dlt__st_out *e = calloc((size_t)cap, sizeof *e);
     char **owned = calloc((size_t)(m->n_flat ? 3 * m->n_flat : 1), sizeof *owned);
     float *stepv = NULL;
@@ -268,6 +285,10 @@ dlt_status dlt_checkpoint_save(const char *path, const dlt_module *cm, dlt_optim
         e[n].dtype = sc[i].dtype;
         e[n++].ndim = 0;
     }
+    for (int32_t i = 0; i < n_extra; i++) {
+        e[n].name = extra_names[i];
+        e[n++].tensor = extra[i];
+    }
     st = dlt__safetensors_write(path, e, n, F);
 done:
     for (int32_t i = 0; i < n_owned; i++) free(owned[i]);
@@ -275,6 +296,18 @@ done:
     free(stepv);
     free(e);
     return st;
+}
+
+dlt_status dlt_checkpoint_save(const char *path, const dlt_module *m, dlt_optimizer *opt,
+                               dlt_grad_scaler *scaler, int64_t epoch, int64_t step) {
+    return checkpoint_save(path, m, opt, scaler, epoch, step, NULL, NULL, 0, "dlt_checkpoint_save");
+}
+
+dlt_status dlt_checkpoint_save_ex(const char *path, const dlt_module *m, dlt_optimizer *opt,
+                                  dlt_grad_scaler *scaler, int64_t epoch, int64_t step,
+                                  const char *const *extra_names, dlt_tensor *const *extra, int32_t n_extra) {
+    return checkpoint_save(path, m, opt, scaler, epoch, step, extra_names, extra, n_extra,
+                           "dlt_checkpoint_save_ex");
 }
 
 /* Reads a one-element numeric entry as a double. want_int: integer dtypes only; else

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/options.h"
 #include "../nn/nn_internal.h"
 #include "../optim/optim_internal.h"
 #include "io_internal.h"
@@ -286,28 +287,19 @@ done:
 
 /* ---- public ---- */
 
-void dlt_module_load_options_default(dlt_module_load_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->strict = 1;
+static const dlt_module_load_options LOAD_DEFAULTS = {.size = sizeof(dlt_module_load_options), .strict = 1};
+/* the first release's struct ends after module_prefix */
+#define LOAD_OPTIONS_V1 DLT__FIELD_END(dlt_module_load_options, module_prefix)
+
+void dlt_module_load_options_init(dlt_module_load_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &LOAD_DEFAULTS, sizeof LOAD_DEFAULTS, LOAD_OPTIONS_V1);
 }
 
-/* The caller's options, read only within o->size (older callers), defaults for the rest. */
+/* The caller's options over the defaults (core/options.h), checked. */
 static dlt_status read_options(const dlt_module_load_options *o, dlt_module_load_options *out,
                                const char *func) {
-    dlt_module_load_options_default(out);
-    if (!o) return DLT_OK;
-    if (o->size < sizeof(uint32_t))
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "options->size is %u: set it with "
-                        "dlt_module_load_options_default", o->size);
-    size_t n = o->size < sizeof *out ? o->size : sizeof *out;
-#define TAKE(field)                                                                           \
-    if (offsetof(dlt_module_load_options, field) + sizeof o->field <= n) out->field = o->field
-    TAKE(strict);
-    TAKE(file_prefix);
-    TAKE(module_prefix);
-#undef TAKE
+    *out = LOAD_DEFAULTS;
+    DLT_CHECK(dlt__options_read(out, sizeof *out, o, LOAD_OPTIONS_V1, "dlt_module_load_options", func));
     if (out->strict != 0 && out->strict != 1)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "options->strict is %d, not 0 or 1", out->strict);
     return DLT_OK;
@@ -329,9 +321,9 @@ static dlt_status load_from(dlt_module *m, const dlt__st_file *f, const dlt_modu
 dlt_status dlt_module_load_ex(dlt_module *m, const char *path, const dlt_module_load_options *o,
                               dlt_load_report **report) {
     static const char *F = "dlt_module_load_ex";
+    if (report) *report = NULL;
     DLT_NULL_CHECK(m, F);
     DLT_NULL_CHECK(path, F);
-    if (report) *report = NULL;
     dlt_module_load_options opts;
     DLT_CHECK(read_options(o, &opts, F));
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
@@ -345,9 +337,9 @@ dlt_status dlt_module_load_ex(dlt_module *m, const char *path, const dlt_module_
 dlt_status dlt_module_load_safetensors(dlt_module *m, const dlt_safetensors *f,
                                        const dlt_module_load_options *o, dlt_load_report **report) {
     static const char *F = "dlt_module_load_safetensors";
+    if (report) *report = NULL;
     DLT_NULL_CHECK(m, F);
     DLT_NULL_CHECK(f, F);
-    if (report) *report = NULL;
     dlt_module_load_options opts;
     DLT_CHECK(read_options(o, &opts, F));
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
@@ -359,8 +351,7 @@ dlt_status dlt_module_load(dlt_module *m, const char *path) {
     DLT_NULL_CHECK(m, F);
     DLT_NULL_CHECK(path, F);
     DLT_CHECK(dlt__ctx_ok(m->ctx, F));
-    dlt_module_load_options opts;
-    dlt_module_load_options_default(&opts);
+    dlt_module_load_options opts = LOAD_DEFAULTS;
     dlt__st_file file;
     DLT_CHECK(dlt__safetensors_open(path, F, &file));
     dlt_status st = load_from(m, &file, &opts, NULL, F);

@@ -12,8 +12,9 @@
  * offset, tile the data section exactly from 0 to its end (no gap, no overlap, no trailing
  * bytes); names are unique. And the rules that make every reader see the same names (cJSON
  * decodes "\u0000" into a NUL that would end our C string early, while Python's json keeps
- * the rest; cJSON keeps the first of two equal fields, serde and Python the last): no NUL
- * anywhere in a string, no raw control byte inside a string (invalid JSON), names and
+ * the rest, and decodes a malformed "\u" escape as a NUL too; cJSON keeps the first of two
+ * equal fields, serde and Python the last): no NUL anywhere in a string, every "\u" escape
+ * four hex digits, no raw control byte inside a string (invalid JSON), names and
  * metadata keys valid UTF-8 without control characters, no duplicate field in an entry or
  * in "__metadata__". Everything is checked with overflow-checked arithmetic against the
  * size fstat gives before any data byte is read: the file is read in two small reads (the
@@ -125,9 +126,17 @@ static dlt_status scan_strings(const char *h, size_t n, const char *func) {
                            c, i);
         } else if (c == '\\' && i + 1 < n) {
             i++;
-            if (h[i] == 'u' && i + 4 < n) {
+            if (h[i] == 'u') {
+                /* exactly four hex digits: cJSON decodes a malformed \u escape (such as
+                 * "\u0" followed by other bytes) as a NUL instead of refusing it */
                 int v = 0;
-                for (int k = 1; k <= 4; k++) v = v * 16 + (hexval(h[i + k]) < 0 ? 16 : hexval(h[i + k]));
+                for (int k = 1; k <= 4; k++) {
+                    int d = i + k < n ? hexval(h[i + k]) : -1;
+                    if (d < 0)
+                        return FMT_ERR("the header has a malformed \\u escape inside a string at "
+                                       "byte %zu", i - 1);
+                    v = v * 16 + d;
+                }
                 if (v == 0)
                     return FMT_ERR("the header has a NUL character (\\u0000) inside a string at byte "
                                    "%zu: readers would disagree on where the string ends",

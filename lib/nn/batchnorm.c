@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "../core/options.h"
 #include "nn_internal.h"
 
 enum { BN_WEIGHT, BN_BIAS, BN_MEAN, BN_VAR, BN_TRACKED };
@@ -139,9 +140,13 @@ dlt_status dlt_batchnorm2d_create(dlt_ctx *ctx, int64_t num_features, double eps
     return dlt__batchnorm2d_new(ctx, num_features, eps, momentum, F, out);
 }
 
-void dlt_batchnorm2d_options_default(dlt_batchnorm2d_options *o) {
-    if (!o) return;
-    *o = (dlt_batchnorm2d_options){.size = sizeof *o, .eps = 1e-5, .momentum = 0.1};
+static const dlt_batchnorm2d_options BN_DEFAULTS = {.size = sizeof(dlt_batchnorm2d_options), .eps = 1e-5,
+                                                    .momentum = 0.1};
+/* the first release's struct ends after momentum */
+#define BN_OPTIONS_V1 DLT__FIELD_END(dlt_batchnorm2d_options, momentum)
+
+void dlt_batchnorm2d_options_init(dlt_batchnorm2d_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &BN_DEFAULTS, sizeof BN_DEFAULTS, BN_OPTIONS_V1);
 }
 
 dlt_status dlt_batchnorm2d_create_ex(dlt_ctx *ctx, int64_t num_features,
@@ -149,8 +154,7 @@ dlt_status dlt_batchnorm2d_create_ex(dlt_ctx *ctx, int64_t num_features,
     static const char *F = "dlt_batchnorm2d_create_ex";
     DLT_NULL_CHECK(ctx, F);
     DLT_NULL_CHECK(out, F);
-    dlt_batchnorm2d_options opt;
-    dlt_batchnorm2d_options_default(&opt);
-    DLT_CHECK(dlt__nn_options(&opt, sizeof opt, o, "dlt_batchnorm2d_options", F));
+    dlt_batchnorm2d_options opt = BN_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&opt, sizeof opt, o, BN_OPTIONS_V1, "dlt_batchnorm2d_options", F));
     return dlt__batchnorm2d_new(ctx, num_features, opt.eps, opt.momentum, F, out);
 }

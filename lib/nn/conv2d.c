@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "../core/options.h"
 #include "nn_internal.h"
 
 typedef struct conv_attrs {
@@ -52,10 +53,14 @@ static const dlt__module_kind conv2d_kind = {
     .describe = conv_describe,
 };
 
-void dlt_conv2d_options_default(dlt_conv2d_options *o) {
-    if (!o) return;
-    *o = (dlt_conv2d_options){.size = sizeof *o, .bias = 1, .stride = {1, 1},
-                              .padding = {0, 0}, .dilation = {1, 1}, .groups = 1};
+static const dlt_conv2d_options CONV2D_DEFAULTS = {
+    .size = sizeof(dlt_conv2d_options), .bias = 1, .stride = {1, 1}, .padding = {0, 0}, .dilation = {1, 1},
+    .groups = 1};
+/* the first release's struct ends after groups */
+#define CONV2D_OPTIONS_V1 DLT__FIELD_END(dlt_conv2d_options, groups)
+
+void dlt_conv2d_options_init(dlt_conv2d_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &CONV2D_DEFAULTS, sizeof CONV2D_DEFAULTS, CONV2D_OPTIONS_V1);
 }
 
 #define CHECK_ARG(cond, ...)                                                                  \
@@ -65,9 +70,8 @@ void dlt_conv2d_options_default(dlt_conv2d_options *o) {
 
 dlt_status dlt__conv2d_new(dlt_ctx *ctx, int64_t in, int64_t out_ch, int64_t kh, int64_t kw,
                            const dlt_conv2d_options *user, const char *func, dlt_module **out) {
-    dlt_conv2d_options o;
-    dlt_conv2d_options_default(&o);
-    DLT_CHECK(dlt__nn_options(&o, sizeof o, user, "dlt_conv2d_options", func));
+    dlt_conv2d_options o = CONV2D_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&o, sizeof o, user, CONV2D_OPTIONS_V1, "dlt_conv2d_options", func));
     CHECK_ARG(in >= 1 && out_ch >= 1, "channels must be >= 1, got in=%lld out=%lld",
               (long long)in, (long long)out_ch);
     CHECK_ARG(kh >= 1 && kw >= 1, "kernel must be >= 1, got %lldx%lld", (long long)kh,

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../../include/dltrain/gpt.h"
+#include "../core/options.h"
 #include "nn_internal.h"
 
 /* ---- a container without a forward (nn.ModuleDict) ---- */
@@ -229,18 +230,25 @@ static const dlt__module_kind gpt_kind = {.name = "gpt", .impl_size = sizeof(gpt
 
 /* ---- configuration ---- */
 
-void dlt_gpt_config_default(dlt_gpt_config *c) {
-    if (!c) return;
-    *c = (dlt_gpt_config){.size = sizeof *c, .n_layer = 12, .n_head = 12, .bias = 1, .tied = 1, .n_embd = 768,
-                          .vocab_size = 50257, .block_size = 1024, .dropout = 0.0};
+/* GPT-2 124M */
+static const dlt_gpt_config GPT_DEFAULTS = {.size = sizeof(dlt_gpt_config), .n_layer = 12, .n_head = 12, .bias = 1,
+                                            .tied = 1, .n_embd = 768, .vocab_size = 50257, .block_size = 1024,
+                                            .dropout = 0.0};
+/* the first release's struct ends after dropout */
+#define GPT_CONFIG_V1 DLT__FIELD_END(dlt_gpt_config, dropout)
+
+void dlt_gpt_config_init(dlt_gpt_config *c, uint32_t size) {
+    dlt__options_fill(c, size, &GPT_DEFAULTS, sizeof GPT_DEFAULTS, GPT_CONFIG_V1);
 }
 
-dlt_status dlt_gpt_config_preset(const char *name, dlt_gpt_config *c) {
+dlt_status dlt_gpt_config_preset_init(const char *name, dlt_gpt_config *c, uint32_t size) {
     static const char *F = "dlt_gpt_config_preset";
     DLT_NULL_CHECK(name, F);
     DLT_NULL_CHECK(c, F);
-    dlt_gpt_config g;
-    dlt_gpt_config_default(&g);
+    if (size < GPT_CONFIG_V1)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "size %u is below the smallest dlt_gpt_config (%zu bytes)",
+                        (unsigned)size, (size_t)GPT_CONFIG_V1);
+    dlt_gpt_config g = GPT_DEFAULTS;
     if (!strcmp(name, "gpt2")) {
     } else if (!strcmp(name, "gpt2-medium")) {
         g.n_layer = 24, g.n_head = 16, g.n_embd = 1024;
@@ -256,14 +264,11 @@ dlt_status dlt_gpt_config_preset(const char *name, dlt_gpt_config *c) {
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
                         "unknown preset '%s' (gpt2, gpt2-medium, gpt2-large, gpt2-xl, shakespeare-char, tiny)", name);
     }
-    *c = g;
+    dlt__options_fill(c, size, &g, sizeof g, GPT_CONFIG_V1);
     return DLT_OK;
 }
 
 static dlt_status check_config(const dlt_gpt_config *c, const char *F) {
-    if (c->size < offsetof(dlt_gpt_config, dropout) + sizeof c->dropout)
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "config.size %u is too small: fill the struct with "
-                        "dlt_gpt_config_default or dlt_gpt_config_preset", c->size);
     if (c->n_layer < 0 || c->n_head < 1 || c->n_embd < 1 || c->vocab_size < 1 || c->block_size < 1)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
                         "n_layer %d, n_head %d, n_embd %lld, vocab_size %lld, block_size %lld: all must be >= 1 "
@@ -377,14 +382,9 @@ dlt_status dlt_gpt_create(dlt_ctx *ctx, const dlt_gpt_config *cfg, dlt_module **
     static const char *F = "dlt_gpt_create";
     DLT_NULL_CHECK(ctx, F);
     DLT_NULL_CHECK(out, F);
-    dlt_gpt_config c;
-    dlt_gpt_config_default(&c);
-    if (cfg) {
-        DLT_CHECK(check_config(cfg, F));
-        const uint32_t n = cfg->size < sizeof c ? cfg->size : (uint32_t)sizeof c;
-        memcpy(&c, cfg, n);
-        c.size = sizeof c;
-    }
+    dlt_gpt_config c = GPT_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&c, sizeof c, cfg, GPT_CONFIG_V1, "dlt_gpt_config", F));
+    DLT_CHECK(check_config(&c, F));
     if (c.padded_vocab_size == 0) c.padded_vocab_size = c.vocab_size;
     dlt_module *m = NULL, *tr = NULL;
     DLT_CHECK(dlt__module_new(ctx, &gpt_kind, F, &m));
@@ -463,7 +463,11 @@ dlt_status dlt_gpt_get_config(const dlt_module *gpt, dlt_gpt_config *c) {
     DLT_NULL_CHECK(c, F);
     if (gpt->kind != &gpt_kind)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "the module is a %s, not a gpt", gpt->kind_name);
-    *c = DLT__IMPL(gpt, gpt_attrs)->cfg;
+    size_t n = 0;
+    DLT_CHECK(dlt__options_out_size(c, sizeof *c, GPT_CONFIG_V1, "dlt_gpt_config", F, &n));
+    const uint32_t size = c->size; /* the caller's struct keeps its own size */
+    memcpy(c, &DLT__IMPL(gpt, gpt_attrs)->cfg, n);
+    c->size = size;
     return DLT_OK;
 }
 

@@ -60,6 +60,7 @@ dlt_status dlt_gpt_generate(dlt_module *gpt, const int64_t *prompt, int64_t n_pr
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "temperature %g must be positive and finite", temperature);
     if (top_k < 0) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "top_k %d is negative", top_k);
     dlt_gpt_config c;
+    dlt_gpt_config_default(&c);
     DLT_CHECK(dlt_gpt_get_config(gpt, &c));
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c.vocab_size)

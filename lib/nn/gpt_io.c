@@ -23,6 +23,7 @@
 
 #include "../../include/dltrain/gpt.h"
 #include "../../include/dltrain/io.h"
+#include "../core/files.h"
 #include "../io/io_internal.h"
 #include "nn_internal.h"
 
@@ -61,6 +62,7 @@ dlt_status dlt_gpt_load_hf(dlt_module *gpt, const char *path) {
     DLT_NULL_CHECK(path, F);
     if (!dlt__is_gpt(gpt)) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "the module is a %s, not a gpt", gpt->kind_name);
     dlt_gpt_config cfg;
+    dlt_gpt_config_default(&cfg);
     DLT_CHECK(dlt_gpt_get_config(gpt, &cfg));
     char file[4096];
     DLT_CHECK(path_of(path, file, sizeof file));
@@ -200,6 +202,7 @@ dlt_status dlt_gpt_save_hf(const dlt_module *gpt, const char *dir) {
     DLT_NULL_CHECK(dir, F);
     if (!dlt__is_gpt(gpt)) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "the module is a %s, not a gpt", gpt->kind_name);
     dlt_gpt_config cfg;
+    dlt_gpt_config_default(&cfg);
     DLT_CHECK(dlt_gpt_get_config(gpt, &cfg));
     if (!cfg.bias)
         return dlt__err(DLT_ERR_NOT_SUPPORTED, F, "Hugging Face's GPT-2 has biases everywhere; this GPT has none "
@@ -247,22 +250,14 @@ dlt_status dlt_gpt_save_hf(const dlt_module *gpt, const char *dir) {
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
 }
 
-static dlt_status read_text(const char *path, char **out, const char *F) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dlt__err(DLT_ERR_IO, F, "cannot open %s: %s", path, strerror(errno));
-    char *buf = malloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, fp) : 0;
-    fclose(fp);
-    if (!buf) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate");
-    buf[n] = 0;
-    *out = buf;
-    return DLT_OK;
-}
-
+/* An integer field: a JSON number that is whole and within +-2^53 (a double holds it
+ * exactly; anything else is not a size a config can mean). */
 static int json_int(const cJSON *j, const char *key, int64_t *v) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!cJSON_IsNumber(x)) return 0;
-    *v = (int64_t)x->valuedouble;
+    const double d = x->valuedouble;
+    if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) || d != (double)(int64_t)d) return 0;
+    *v = (int64_t)d;
     return 1;
 }
 
@@ -274,7 +269,7 @@ dlt_status dlt_gpt_from_hf(dlt_ctx *ctx, const char *dir, dlt_module **out) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = NULL;
-    DLT_CHECK(read_text(path, &text, F));
+    DLT_CHECK(dlt__file_read_text(path, (int64_t)1 << 20, F, &text, NULL));
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!j) return dlt__err(DLT_ERR_FORMAT, F, "%s is not JSON", path);
@@ -284,9 +279,9 @@ dlt_status dlt_gpt_from_hf(dlt_ctx *ctx, const char *dir, dlt_module **out) {
     int ok = 1;
     ok &= json_int(j, "vocab_size", &c.vocab_size);
     ok &= json_int(j, "n_embd", &c.n_embd);
-    if (json_int(j, "n_layer", &v)) c.n_layer = (int32_t)v;
+    if (json_int(j, "n_layer", &v) && v >= 0 && v <= INT32_MAX) c.n_layer = (int32_t)v;
     else ok = 0;
-    if (json_int(j, "n_head", &v)) c.n_head = (int32_t)v;
+    if (json_int(j, "n_head", &v) && v >= 1 && v <= INT32_MAX) c.n_head = (int32_t)v;
     else ok = 0;
     if (!json_int(j, "n_positions", &c.block_size)) ok &= json_int(j, "n_ctx", &c.block_size);
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
@@ -295,7 +290,7 @@ dlt_status dlt_gpt_from_hf(dlt_ctx *ctx, const char *dir, dlt_module **out) {
     const int gelu_new = !act || (cJSON_IsString(act) && (!strcmp(act->valuestring, "gelu_new") ||
                                                           !strcmp(act->valuestring, "gelu_pytorch_tanh")));
     cJSON_Delete(j);
-    if (!ok) return dlt__err(DLT_ERR_FORMAT, F, "%s lacks one of vocab_size, n_embd, n_layer, n_head, n_positions", path);
+    if (!ok) return dlt__err(DLT_ERR_FORMAT, F, "%s lacks one of vocab_size, n_embd, n_layer, n_head, n_positions (or one is not a whole number in range)", path);
     if (!gelu_new)
         return dlt__err(DLT_ERR_NOT_SUPPORTED, F, "%s: only GPT-2's tanh GELU (gelu_new) is supported", path);
     dlt_module *m = NULL;

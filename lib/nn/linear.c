@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "../core/options.h"
 #include "nn_internal.h"
 
 typedef struct linear_attrs {
@@ -65,9 +66,12 @@ dlt_status dlt_linear_create(dlt_ctx *ctx, int64_t in_features, int64_t out_feat
     return dlt__linear_new(ctx, in_features, out_features, bias, F, out);
 }
 
-void dlt_linear_options_default(dlt_linear_options *o) {
-    if (!o) return;
-    *o = (dlt_linear_options){.size = sizeof *o, .bias = 1};
+static const dlt_linear_options LINEAR_DEFAULTS = {.size = sizeof(dlt_linear_options), .bias = 1};
+/* the first release's struct ends after bias */
+#define LINEAR_OPTIONS_V1 DLT__FIELD_END(dlt_linear_options, bias)
+
+void dlt_linear_options_init(dlt_linear_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &LINEAR_DEFAULTS, sizeof LINEAR_DEFAULTS, LINEAR_OPTIONS_V1);
 }
 
 dlt_status dlt_linear_create_ex(dlt_ctx *ctx, int64_t in_features, int64_t out_features,
@@ -75,8 +79,7 @@ dlt_status dlt_linear_create_ex(dlt_ctx *ctx, int64_t in_features, int64_t out_f
     static const char *F = "dlt_linear_create_ex";
     DLT_NULL_CHECK(ctx, F);
     DLT_NULL_CHECK(out, F);
-    dlt_linear_options opt;
-    dlt_linear_options_default(&opt);
-    DLT_CHECK(dlt__nn_options(&opt, sizeof opt, o, "dlt_linear_options", F));
+    dlt_linear_options opt = LINEAR_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&opt, sizeof opt, o, LINEAR_OPTIONS_V1, "dlt_linear_options", F));
     return dlt__linear_new(ctx, in_features, out_features, opt.bias, F, out);
 }

@@ -323,19 +323,3 @@ dlt_status dlt_module_get_submodule(const dlt_module *m, const char *path, dlt_m
     *out = (dlt_module *)cur;
     return DLT_OK;
 }
-
-/* ---- option structs ---- */
-
-dlt_status dlt__nn_options(void *dst, size_t dst_size, const void *src, const char *what,
-                           const char *func) {
-    if (!src) return DLT_OK;
-    uint32_t size, own;
-    memcpy(&size, src, sizeof size);
-    memcpy(&own, dst, sizeof own);
-    if (size < sizeof(uint32_t))
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, func,
-                        "%s.size is %u: fill the struct with %s_default first", what, size, what);
-    memcpy(dst, src, size < dst_size ? size : dst_size);
-    memcpy(dst, &own, sizeof own);
-    return DLT_OK;
-}

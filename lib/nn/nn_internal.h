@@ -201,16 +201,6 @@ dlt_status dlt__block_new(dlt_ctx *ctx, int bottleneck, int64_t inplanes, int64_
 dlt_status dlt__batchnorm_forward_act(dlt_module *bn, dlt_tensor *x, dlt_tensor *residual,
                                       int32_t relu, dlt_tensor **out);
 
-/* ---- option structs (ABI-safe: read a field only if it lies within o->size) ---- */
-
-/* Copies the caller's options (src, may be NULL: all defaults) over the defaults already
- * in dst, up to the size the caller's struct has (an older caller knows fewer fields) and
- * keeps dst's size. A size of 0 (a struct not filled by its _default function) is refused.
- * Option structs have no padding (int32 fields in pairs, see nn.h), so every byte within
- * the caller's size is a field it set. */
-dlt_status dlt__nn_options(void *dst, size_t dst_size, const void *src, const char *what,
-                           const char *func);
-
 #ifdef __cplusplus
 }
 #endif

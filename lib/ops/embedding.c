@@ -9,8 +9,9 @@
  * indices (the loss becomes NaN) and skips them in the backward.
  *
  * Backward: dweight[v] += sum of u rows whose index is v (repeated indices accumulate),
- * straight into the weight's gradient buffer when it can be. Deterministic on the CPU; on
- * CUDA atomics unless the context is deterministic (then a sorted, fixed-order sum).
+ * straight into the weight's gradient buffer when it can be. Deterministic on both: the CPU
+ * adds in index order; CUDA sorts the indices (stable) and sums each run in order, in every
+ * mode (no atomics).
  */
 #include "ops_internal.h"
 

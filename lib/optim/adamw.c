@@ -25,25 +25,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/options.h"
 #include "optim_internal.h"
 
-void dlt_adamw_options_default(dlt_adamw_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->decoupled_weight_decay = 1;
-    o->lr = 1e-3;
-    o->beta1 = 0.9;
-    o->beta2 = 0.999;
-    o->eps = 1e-8;
-    o->weight_decay = 1e-2;
+static const dlt_adamw_options ADAMW_DEFAULTS = {.size = sizeof(dlt_adamw_options),
+                                                 .decoupled_weight_decay = 1,
+                                                 .lr = 1e-3,
+                                                 .beta1 = 0.9,
+                                                 .beta2 = 0.999,
+                                                 .eps = 1e-8,
+                                                 .weight_decay = 1e-2};
+static const dlt_adamw_options ADAM_DEFAULTS = {.size = sizeof(dlt_adamw_options),
+                                                .decoupled_weight_decay = 0,
+                                                .lr = 1e-3,
+                                                .beta1 = 0.9,
+                                                .beta2 = 0.999,
+                                                .eps = 1e-8,
+                                                .weight_decay = 0.0};
+/* the first release's struct ends after maximize */
+#define ADAMW_OPTIONS_V1 DLT__FIELD_END(dlt_adamw_options, maximize)
+
+void dlt_adamw_options_init(dlt_adamw_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &ADAMW_DEFAULTS, sizeof ADAMW_DEFAULTS, ADAMW_OPTIONS_V1);
 }
 
-void dlt_adam_options_default(dlt_adamw_options *o) {
-    if (!o) return;
-    dlt_adamw_options_default(o);
-    o->decoupled_weight_decay = 0;
-    o->weight_decay = 0.0;
+void dlt_adam_options_init(dlt_adamw_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &ADAM_DEFAULTS, sizeof ADAM_DEFAULTS, ADAMW_OPTIONS_V1);
 }
 
 dlt_status dlt_adamw_create_ex(dlt_tensor *const *params, int32_t n, const dlt_adamw_options *o,
@@ -51,8 +58,8 @@ dlt_status dlt_adamw_create_ex(dlt_tensor *const *params, int32_t n, const dlt_a
     static const char *F = "dlt_adamw_create_ex";
     DLT_NULL_CHECK(params, F);
     DLT_NULL_CHECK(out, F);
-    dlt_adamw_options x;
-    DLT__OPTIONS_READ(x, o, dlt_adamw_options_default, F);
+    dlt_adamw_options x = ADAMW_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&x, sizeof x, o, ADAMW_OPTIONS_V1, "dlt_adamw_options", F));
     /* PyTorch's checks, in its order and words */
     DLT_CHECK(dlt__optimizer_check_lr(x.lr, F));
     if (!(x.eps >= 0.0))
@@ -93,18 +100,20 @@ dlt_status dlt_adamw_get_options(const dlt_optimizer *opt, dlt_adamw_options *ou
     if (opt->kind != DLT__OPT_ADAM)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "the optimizer is %s, not Adam/AdamW",
                         dlt_optimizer_kind(opt));
-    if (out->size < sizeof *out)
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
-                        "out->size is %u, expected %zu: fill it with dlt_adamw_options_default first",
-                        (unsigned)out->size, sizeof *out);
-    out->decoupled_weight_decay = opt->decoupled;
-    out->lr = opt->lr_created;
-    out->beta1 = opt->beta1;
-    out->beta2 = opt->beta2;
-    out->eps = opt->eps;
-    out->weight_decay = opt->group_wd[0];
-    out->amsgrad = 0;
-    out->maximize = opt->maximize;
+    size_t n = 0;
+    DLT_CHECK(dlt__options_out_size(out, sizeof *out, ADAMW_OPTIONS_V1, "dlt_adamw_options", F, &n));
+    dlt_adamw_options v = ADAMW_DEFAULTS;
+    v.decoupled_weight_decay = opt->decoupled;
+    v.lr = opt->lr_created;
+    v.beta1 = opt->beta1;
+    v.beta2 = opt->beta2;
+    v.eps = opt->eps;
+    v.weight_decay = opt->group_wd[0];
+    v.amsgrad = 0;
+    v.maximize = opt->maximize;
+    const uint32_t size = out->size; /* the caller's struct keeps its own size */
+    memcpy(out, &v, n);
+    out->size = size;
     return DLT_OK;
 }
 

@@ -226,20 +226,6 @@ static inline DLT_HD float dlt__adamw_elem(const dlt_adamw_scalars *s, float p, 
     return DLT__FMA(s->neg_step, DLT__FDIV(mv, denom), p);
 }
 
-/* ---- option structs (optim.h): defaults, then the fields that lie within o->size ---- */
-#define DLT__OPTIONS_READ(dst, src, dflt_fn, func)                                            \
-    do {                                                                                      \
-        dflt_fn(&(dst));                                                                      \
-        if (src) {                                                                            \
-            if ((src)->size < sizeof(dst))                                                    \
-                return dlt__err(DLT_ERR_INVALID_ARGUMENT, func,                               \
-                                "options.size is %u, expected %zu: fill the options with "    \
-                                #dflt_fn " first", (unsigned)(src)->size, sizeof(dst));       \
-            memcpy(&(dst), (src), sizeof(dst)); /* a larger size: fields of a newer header */ \
-            (dst).size = (uint32_t)sizeof(dst);                                               \
-        }                                                                                     \
-    } while (0)
-
 /* ---- the optimizer core (lib/optim/optimizer.c), used by sgd.c and adamw.c ---- */
 /* Validates and deduplicates a parameter list against the optimizer's existing ones (a
  * tensor listed twice in the list counts once; one already in another group is

@@ -21,21 +21,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/options.h"
 #include "optim_internal.h"
 
-void dlt_sgd_options_default(dlt_sgd_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->lr = 1e-3;
+static const dlt_sgd_options SGD_DEFAULTS = {.size = sizeof(dlt_sgd_options), .lr = 1e-3};
+/* the first release's struct ends after maximize */
+#define SGD_OPTIONS_V1 DLT__FIELD_END(dlt_sgd_options, maximize)
+
+void dlt_sgd_options_init(dlt_sgd_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &SGD_DEFAULTS, sizeof SGD_DEFAULTS, SGD_OPTIONS_V1);
 }
 
 static dlt_status sgd_create(dlt_tensor *const *params, int32_t n, const dlt_sgd_options *o,
                              const char *F, dlt_optimizer **out) {
     DLT_NULL_CHECK(params, F);
     DLT_NULL_CHECK(out, F);
-    dlt_sgd_options x;
-    DLT__OPTIONS_READ(x, o, dlt_sgd_options_default, F);
+    dlt_sgd_options x = SGD_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&x, sizeof x, o, SGD_OPTIONS_V1, "dlt_sgd_options", F));
     /* PyTorch's checks, in its order and words */
     DLT_CHECK(dlt__optimizer_check_lr(x.lr, F));
     if (!(x.momentum >= 0.0))

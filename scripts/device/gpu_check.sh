@@ -16,6 +16,17 @@
 #          forward/backward apart)  BNIMPL_AMP=fp16
 #          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
 #          SANITIZE_TOOLS="racecheck initcheck"  LONGRUN_EPOCHS=10
+#          DLT_GPU_ARCH=90 (meson's gpu_arch for build-gpu; auto: the fat binary)
+#   GPT (issue 17): STAGES="build gpt" runs every GPT stage (gpt = gpt_tests gpt_bench
+#          gpt_recipe gpt_fp16 gpt_hf); each can be named alone. They need build-gpu (the
+#          build stage, or a warm machine's earlier call), .device/anchors with torch_gpt2.py,
+#          run_llmc.sh + llmc-f1e2ace.tar.xz, run_nanogpt.sh + nanogpt-3adf61e.tar.xz, and
+#          .device/data/tinyshakespeare/input.txt (cp -r ../shared/anchors ../shared/data
+#          .device/); PyTorch and transformers on the machine. Rough H200 times: build 3-4
+#          min, gpt_tests 2 min, gpt_bench 6-8 min, gpt_recipe 3-4 min (ours ~1, nanoGPT eager
+#          2+), gpt_fp16 1 min, gpt_hf 1 min: over one call's 10 minutes together, so split
+#          them, e.g. STAGES="build gpt_tests gpt_recipe gpt_fp16 gpt_hf", then STAGES=gpt_bench.
+#          GPT_NANOGPT_COMPILE="False" ("True False": also nanoGPT with torch.compile).
 set -u
 # Logs go to a scratch folder and come back as one archive (the tool returns few files).
 FINAL_OUT=${OUT:-/tmp/out}
@@ -23,10 +34,12 @@ OUT=/tmp/gpulogs
 rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
 . scripts/device/env.sh
 STAGES=${STAGES:-"build test memcheck nccl example fixtures interop"}
+# gptex: "gpt" names every GPT stage
+case " $STAGES " in *" gpt "*) STAGES="$STAGES gpt_tests gpt_bench gpt_recipe gpt_fp16 gpt_hf";; esac
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 export DLT_CIFAR10_DIR=$(pwd)/.device/cifar10
 # the CUDA test programs, split so compute-sanitizer runs them as parallel processes
-CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_optim cuda_data cuda_nn cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:async cuda_conv_bn:workspace0 test_harden:cuda"
+CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_op_table cuda_optim cuda_data cuda_nn cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:async cuda_conv_bn:workspace0 test_harden:cuda"
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 t0=$(date +%s)
@@ -43,7 +56,9 @@ t0=$(date +%s)
 
 if has build; then
   rm -rf build-gpu
-  if meson setup build-gpu -Dcuda=enabled -Dwerror=false >"$OUT/setup.log" 2>&1 &&
+  # build: the lent GPU's architecture only (the default fat binary compiles ~4x longer);
+  # DLT_GPU_ARCH=auto checks the fat binary on the device
+  if meson setup build-gpu -Dcuda=enabled -Dwerror=false -Dgpu_arch="${DLT_GPU_ARCH:-90}" >"$OUT/setup.log" 2>&1 &&
      ninja -C build-gpu -j16 >"$OUT/build.log" 2>&1; then
     note "build: ok ($(( $(date +%s) - t0 )) s)"
   else
@@ -268,6 +283,61 @@ fi
 if has interop && [ -f tests/interop/torch_interop.py ]; then
   timeout 300 python3 tests/interop/torch_interop.py --exe build-gpu/tests/resnet_io >"$OUT/interop.log" 2>&1
   note "interop rc=$?: $(tail -3 "$OUT/interop.log" | tr '\n' ' ')"
+fi
+
+# ---- gptex (issue 17): the GPT example, bench, recipe, fp16 run and Hugging Face interop ----
+SHK=.device/data/tinyshakespeare/input.txt
+[ -f "$SHK" ] || SHK=../shared/data/tinyshakespeare/input.txt
+GPT_ANCHORS=.device/anchors
+[ -d "$GPT_ANCHORS" ] || GPT_ANCHORS=../shared/anchors
+if has gpt_tests; then
+  t=$(date +%s)
+  meson test -C build-gpu --print-errorlogs cuda_op_table cuda_nn cuda_optim cuda_data test_gpt test_resume \
+    gpt_examples >"$OUT/gpt-tests.txt" 2>&1
+  note "gpt tests rc=$? ($(( $(date +%s) - t )) s): $(grep -cE '^ *[0-9]+/[0-9]+ .* OK ' "$OUT/gpt-tests.txt") OK, $(grep -cE '^ *[0-9]+/[0-9]+ .* FAIL ' "$OUT/gpt-tests.txt") FAIL"
+  grep -hE '^(not ok|ok .*SKIP)' build-gpu/meson-logs/testlog.txt 2>/dev/null | head -20
+fi
+if has gpt_bench; then
+  t=$(date +%s)
+  BUILD=build-gpu ANCHORS=$GPT_ANCHORS OUTDIR="$OUT/gpt-bench" BATCHES=${GPT_BATCHES:-16,32} \
+    bash scripts/bench_gpt_vs_peers.sh >"$OUT/gpt-bench.txt" 2>&1
+  note "gpt bench beside PyTorch and llm.c rc=$? ($(( $(date +%s) - t )) s):"
+  sed -n '/^# GPT-2 training step/,$p' "$OUT/gpt-bench.txt" | sed 's/^/   /'
+fi
+if has gpt_recipe; then
+  # nanoGPT's Shakespeare recipe: ours, then nanoGPT itself (wall time of the whole run each)
+  t=$(date +%s)
+  rm -rf /tmp/gpt-recipe
+  ./build-gpu/examples/gpt_train --text "$SHK" --recipe shakespeare-char --out /tmp/gpt-recipe --sample 300 \
+    --json "$OUT/gpt-recipe.json" >"$OUT/gpt-recipe.txt" 2>&1
+  rc=$?; ours_s=$(( $(date +%s) - t ))
+  note "gpt_train --recipe shakespeare-char rc=$rc: $ours_s s for the whole run; best: $(grep '^step' "$OUT/gpt-recipe.txt" | sort -t' ' -k8 -n | head -1)"
+  grep -E '^\| shakespeare|^epoch =|^first step' "$OUT/gpt-recipe.txt" | sed 's/^/   /'
+  t=$(date +%s)
+  NANOGPT_WORK=/tmp/nanogpt-anchor bash "$GPT_ANCHORS/run_nanogpt.sh" ${GPT_NANOGPT_COMPILE:-False} \
+    >"$OUT/gpt-recipe-nanogpt.txt" 2>&1
+  note "nanoGPT recipe rc=$? ($(( $(date +%s) - t )) s): $(grep -E 'for the whole run' "$OUT/gpt-recipe-nanogpt.txt" | tr '\n' ' ')"
+  sed 's/^/   /' "$OUT/gpt-recipe-nanogpt.txt" | tail -12
+fi
+if has gpt_fp16; then
+  # GPT-2 124M on the Shakespeare characters, 200 steps: fp16 + GradScaler beside bf16
+  t=$(date +%s)
+  for amp in fp16 bf16; do
+    ./build-gpu/examples/gpt_train --preset gpt2 --text "$SHK" --amp $amp --batch 16 --context 1024 --iters 200 \
+      --eval-interval 50 --eval-iters 20 --log-interval 10 --json "$OUT/gpt-$amp.json" >"$OUT/gpt-$amp.txt" 2>&1
+    note "gpt2 200 steps $amp rc=$?: $(grep '^step 200' "$OUT/gpt-$amp.txt")"
+  done
+  paste <(sed -nE 's/^iter ([0-9]+): loss ([^,]+),.*/\1 \2/p' "$OUT/gpt-fp16.txt") \
+        <(sed -nE 's/^iter [0-9]+: loss ([^,]+),.*/\1/p' "$OUT/gpt-bf16.txt") \
+    | awk '{printf "   iter %s: loss fp16 %s, bf16 %s\n", $1, $2, $3}'
+  note "gpt fp16/bf16 ($(( $(date +%s) - t )) s)"
+fi
+if has gpt_hf; then
+  t=$(date +%s)
+  DLTRAIN_LIBRARY=$(pwd)/build-gpu/libdltrain.so PYTHONPATH=$(pwd)/bindings/python timeout 600 \
+    python3 scripts/hf_gpt2_interop.py --device cuda >"$OUT/gpt-hf.txt" 2>&1
+  note "Hugging Face GPT-2 interop rc=$? ($(( $(date +%s) - t )) s):"
+  grep -E '^(ok|FAILED)' "$OUT/gpt-hf.txt" | sed 's/^/   /'
 fi
 
 echo; echo "==== summary ($(( $(date +%s) - t0 )) s) ===="

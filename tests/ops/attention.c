@@ -54,6 +54,12 @@ static const ot_case CASES[] = {
     {"scale 0.3", fwd, ref, 3, QKV(1, 1, 4, 4, 3), 4, {1, 1, 4, 3}, -1, {1}, {0.0, 0.3}},
     {"dropout 0.25", fwd, ref, 3, QKV(2, 1, 6, 6, 4), 4, {2, 1, 6, 4}, -1, {1}, {0.25}},
     {"head dim 64, 33 tokens", fwd, ref, 3, QKV(1, 2, 33, 33, 64), 4, {1, 2, 33, 64}, -1, {1}},
+    /* CUDA holds a head in 1, 2, 4 or 8 values per lane (D <= 32, 64, 128, 256) */
+    {"head dim 32", fwd, ref, 3, QKV(1, 1, 4, 4, 32), 4, {1, 1, 4, 32}, -1, {0}},
+    {"head dim 96, causal, fewer keys", fwd, ref, 3, QKV(1, 2, 7, 4, 96), 4, {1, 2, 7, 96}, -1, {1}},
+    {"head dim 160, dropout 0.1", fwd, ref, 3, QKV(1, 1, 5, 6, 160), 4, {1, 1, 5, 160}, -1, {0}, {0.1}},
+    {"causal with dropout 0.3", fwd, ref, 3, QKV(1, 2, 6, 6, 8), 4, {1, 2, 6, 8}, -1, {1}, {0.3}},
+    {"no keys", fwd, ref, 3, QKV(1, 2, 3, 0, 4), 4, {1, 2, 3, 4}, -1, {0}},
 };
 
 static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {

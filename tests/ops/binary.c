@@ -36,6 +36,15 @@ static const ot_case CASES[] = {
     {"div same shape", fwd, ref, 2, {X(1, 9), XR(-2.0, -0.5, 1, 9)}, 1, {9}, -1, {3}},
     {"add f32 + param promotes", fwd, ref, 2, {X(2, 2, 6), {OT_P, 1, {6}, 0, 0, 0}}, 2, {2, 6}, DLT_F32, {0}},
     {"mul empty", fwd, ref, 2, {X(2, 0, 3), X(1, 3)}, 2, {0, 3}, -1, {2}},
+    /* integer operands (no gradient; the case dtype does not apply): CUDA's exact int64
+     * kernel with mixed widths, and int -> float loads in the float kernel */
+    {"add i64 + i32 broadcast, exact", fwd, ref, 2, {{OT_I64, 2, {3, 4}, -1000, 1000, 0}, {OT_I32, 1, {4}, -1000, 1000, 0}},
+     2, {3, 4}, DLT_I64, {0}, {0}, 0, OT_NO_GRAD | OT_F32_ONLY},
+    {"mul i32 outer broadcast, exact", fwd, ref, 2, {{OT_I32, 3, {2, 1, 3}, -900, 900, 0}, {OT_I32, 2, {4, 1}, -900, 900, 0}},
+     3, {2, 4, 3}, DLT_I32, {2}, {0}, 0, OT_NO_GRAD | OT_F32_ONLY},
+    {"div i64 by i32 is true division", fwd, ref, 2, {{OT_I64, 2, {2, 5}, -50, 50, 0}, {OT_I32, 1, {5}, 1, 40, 0}},
+     2, {2, 5}, DLT_F32, {3}, {0}, 0, OT_NO_GRAD | OT_F32_ONLY},
+    {"sub float - i32 broadcast", fwd, ref, 2, {X(2, 3, 4), {OT_I32, 1, {4}, -3, 3, 0}}, 2, {3, 4}, -1, {1}},
 };
 
 static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {

@@ -22,6 +22,16 @@ static const ot_case CASES[] = {
      {DLT_NO_PADDING_IDX}},
     {"wide rows", fwd, ref, 2, {{OT_X, 2, {11, 130}, 0, 0, 0}, {OT_I64, 1, {6}, 0, 11, 0}}, 2, {6, 130}, -1,
      {DLT_NO_PADDING_IDX}},
+    /* V = 300: the CUDA backward's radix sort over 9 key bits, several passes */
+    {"300 rows, 500 i64 indices", fwd, ref, 2, {{OT_X, 2, {300, 3}, 0, 0, 0}, {OT_I64, 1, {500}, 0, 300, 0}}, 2,
+     {500, 3}, -1, {DLT_NO_PADDING_IDX}},
+    /* padding_idx: the forward reads the row, the gradient skips it, which a finite
+     * difference of the forward cannot check (PyTorch's rule, not the derivative): CUDA
+     * against the CPU only, with long runs of repeated indices */
+    {"padding_idx 2, long runs", fwd, ref, 2, {{OT_X, 2, {4, 6}, 0, 0, 0}, {OT_I32, 2, {10, 30}, 0, 4, 0}}, 3,
+     {10, 30, 6}, -1, {2}, {0}, 0, OT_NO_REF},
+    {"padding_idx -1 (the last row), i64", fwd, ref, 2, {{OT_X, 2, {5, 33}, 0, 0, 0}, {OT_I64, 1, {40}, 0, 5, 0}}, 2,
+     {40, 33}, -1, {-1}, {0}, 0, OT_NO_REF},
     {"empty indices", fwd, ref, 2, {{OT_X, 2, {4, 3}, 0, 0, 0}, {OT_I64, 2, {2, 0}, 0, 4, 0}}, 3, {2, 0, 3}, -1,
      {DLT_NO_PADDING_IDX}},
 };
@@ -47,6 +57,26 @@ static dlt_status e_padding(dlt_ctx *ctx, int *out_touched) {
     const float want_y[8] = {1, 2, 3, 4, 3, 4, 5, 6}, want_g[6] = {1, 1, 0, 0, 1, 1};
     for (int i = 0; st == DLT_OK && i < 8; i++)
         if (yv[i] != want_y[i] || (i < 6 && gv[i] != want_g[i])) st = DLT_ERR_INTERNAL;
+    dlt_tensor_release(w), dlt_tensor_release(idx), dlt_tensor_release(y), dlt_tensor_release(u);
+    return st;
+}
+/* bf16, one row hit 300 times by gradient 1: the sum is rounded once (300, a bf16 value);
+ * adding in bf16 one row at a time would stop at 256, where 256 + 1 rounds back to 256 */
+static dlt_status e_bf16_long_run(dlt_ctx *ctx, int *out_touched) {
+    *out_touched = 0;
+    const int64_t ws[2] = {2, 1}, n = 300, ys[2] = {300, 1};
+    int64_t iv[300] = {0};
+    dlt_tensor *w = NULL, *idx = NULL, *y = NULL, *u = NULL;
+    dlt_status st = dlt_tensor_zeros(ctx, DLT_BF16, ws, 2, 0, &w);
+    if (st == DLT_OK) st = dlt_tensor_set_requires_grad(w, 1);
+    if (st == DLT_OK) st = dlt_tensor_from_host(ctx, DLT_I64, &n, 1, 0, iv, sizeof iv, &idx);
+    if (st == DLT_OK) st = dlt_embedding(w, idx, DLT_NO_PADDING_IDX, &y);
+    if (st == DLT_OK) st = dlt_tensor_zeros(ctx, DLT_BF16, ys, 2, 0, &u);
+    if (st == DLT_OK) st = dlt_tensor_fill(u, 1.0);
+    if (st == DLT_OK) st = dlt_backward(y, u);
+    uint16_t gv[2] = {0};
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(dlt_tensor_grad(w), gv, sizeof gv);
+    if (st == DLT_OK && (gv[0] != 0x4396 /* 300 */ || gv[1] != 0)) st = DLT_ERR_INTERNAL;
     dlt_tensor_release(w), dlt_tensor_release(idx), dlt_tensor_release(y), dlt_tensor_release(u);
     return st;
 }
@@ -96,6 +126,7 @@ static dlt_status e_weight_1d(dlt_ctx *ctx, int *out_touched) {
 }
 static const ot_err ERRORS[] = {
     {"padding_idx -2 of 3 rows: forward reads it, gradient skips it (exact values)", e_padding, DLT_OK},
+    {"bf16 row hit 300 times: gradient 300, the sum rounded once (exact value)", e_bf16_long_run, DLT_OK},
     {"index 3 of 3 rows", e_range, DLT_ERR_INVALID_ARGUMENT},
     {"negative index", e_negative, DLT_ERR_INVALID_ARGUMENT},
     {"float indices", e_float_idx, DLT_ERR_DTYPE},

@@ -48,6 +48,14 @@ static const ot_case CASES[] = {
      {2}, {1e-5}},
     {"large eps, wide row", fwd, ref, 3, {{OT_X, 2, {3, 384}, -3, 3, 0}, {OT_P, 1, {384}, 0.5, 1.5, 0}, NUL}, 2,
      {3, 384}, -1, {1}, {0.1}},
+    /* CUDA's dweight/dbias sum rows in at most 128 chunks: 300 rows give chunks of 3 and
+     * empty ones at the end; 70000 rows (more than 65535) chunks of 547, the last short */
+    {"300 rows, weight and bias", fwd, ref, 3,
+     {{OT_X, 2, {300, 5}, -2, 2, 0}, {OT_P, 1, {5}, 0.5, 1.5, 0}, {OT_P, 1, {5}, -0.5, 0.5, 0}}, 2, {300, 5}, -1, {1},
+     {1e-5}},
+    {"70000 rows, weight and bias", fwd, ref, 3,
+     {{OT_X, 2, {70000, 4}, -2, 2, 0}, {OT_P, 1, {4}, 0.5, 1.5, 0}, {OT_P, 1, {4}, -0.5, 0.5, 0}}, 2, {70000, 4}, -1,
+     {1}, {1e-5}},
     {"empty rows", fwd, ref, 3, {{OT_X, 2, {0, 8}, 0, 0, 0}, {OT_P, 1, {8}, 0, 0, 0}, {OT_P, 1, {8}, 0, 0, 0}}, 2,
      {0, 8}, -1, {1}, {1e-5}},
 };

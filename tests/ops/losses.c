@@ -77,6 +77,14 @@ static const ot_case CASES[] = {
      {2, 4}, DLT_F32, {CE, DLT_REDUCTION_NONE, 2}},
     {"cross_entropy [B,T,C], mean, smoothing 0.2, ignore 1", fwd, ref, 2,
      {LOGITS(3, 3, 5, 9), {OT_I64, 2, {3, 5}, 0, 9, 0}}, 0, {0}, DLT_F32, {CE, DLT_REDUCTION_MEAN, 1}, {0.2}},
+    /* more than 65536 logits: CUDA's grid path (row lse in a grid, then one block sums the
+     * rows in a fixed order), with stored row losses (smoothing, none) and without (sum) */
+    {"cross_entropy 300 x 250, mean, smoothing 0.1, ignore 3", fwd, ref, 2,
+     {LOGITS(2, 300, 250), {OT_I64, 1, {300}, 0, 250, 0}}, 0, {0}, DLT_F32, {CE, DLT_REDUCTION_MEAN, 3}, {0.1}},
+    {"cross_entropy [4,80,210], sum", fwd, ref, 2, {LOGITS(3, 4, 80, 210), {OT_I32, 2, {4, 80}, 0, 210, 0}}, 0,
+     {0}, DLT_F32, {CE, DLT_REDUCTION_SUM, -100}},
+    {"cross_entropy 70 x 1000, none, ignore 0", fwd, ref, 2, {LOGITS(2, 70, 1000), {OT_I64, 1, {70}, 0, 4, 0}}, 1,
+     {70}, DLT_F32, {CE, DLT_REDUCTION_NONE, 0}},
     {"mse mean", fwd, ref, 2, {LOGITS(2, 4, 3), {OT_X, 2, {4, 3}, -1, 1, 0}}, 0, {0}, DLT_F32, {MSE, 0}},
     {"mse none, broadcast target", fwd, ref, 2, {LOGITS(2, 4, 3), {OT_X, 1, {3}, -1, 1, 0}}, 2, {4, 3}, DLT_F32,
      {MSE, DLT_REDUCTION_NONE}},

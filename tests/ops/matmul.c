@@ -50,6 +50,9 @@ static const ot_case CASES[] = {
     {"batch times vector", fwd, ref, 2, {X(3, 2, 3, 4), X(1, 4)}, 2, {2, 3}, -1, {0}},
     {"bmm", fwd, ref, 2, {X(3, 3, 2, 4), X(3, 3, 4, 5)}, 3, {3, 2, 5}, -1, {1}},
     {"inner size 0", fwd, ref, 2, {X(2, 3, 0), X(2, 0, 2)}, 2, {3, 2}, -1, {0}},
+    /* batches beyond 65535 (CUDA runs them in chunks), and one matrix repeated over them */
+    {"bmm, 70000 batches", fwd, ref, 2, {X(3, 70000, 1, 2), X(3, 70000, 2, 3)}, 3, {70000, 1, 3}, -1, {1}},
+    {"one matrix times 70000 batches", fwd, ref, 2, {X(2, 2, 3), X(3, 70000, 3, 1)}, 3, {70000, 2, 1}, -1, {0}},
 };
 
 static dlt_status e_inner(dlt_ctx *ctx, int *out_touched) {

@@ -75,6 +75,16 @@ static const ot_case CASES[] = {
     R("softplus large", SOFTP, 0, 19, 30, 0),
     {"gelu tanh 1-D", fwd, ref, 1, {{OT_X, 1, {37}, -2, 2, 0}}, 1, {37}, -1, {GELU_T}},
     {"exp empty", fwd, ref, 1, {{OT_X, 2, {0, 4}, 0, 0, 0}}, 2, {0, 4}, -1, {EXP}},
+    /* integers (no gradient; the case dtype does not apply): exact in their dtype, or
+     * promoted to f32 */
+    {"neg i64", fwd, ref, 1, {{OT_I64, 2, {3, 7}, -1000, 1000, 0}}, 2, {3, 7}, DLT_I64, {NEG}, {0}, 0,
+     OT_NO_GRAD | OT_F32_ONLY},
+    {"abs i32", fwd, ref, 1, {{OT_I32, 2, {3, 7}, -1000, 1000, 0}}, 2, {3, 7}, DLT_I32, {ABS}, {0}, 0,
+     OT_NO_GRAD | OT_F32_ONLY},
+    {"add_scalar -3 to i64", fwd, ref, 1, {{OT_I64, 1, {21}, -1000, 1000, 0}}, 1, {21}, DLT_I64, {ADDS}, {-3.0}, 0,
+     OT_NO_GRAD | OT_F32_ONLY},
+    {"exp of i32 promotes", fwd, ref, 1, {{OT_I32, 1, {21}, -4, 4, 0}}, 1, {21}, DLT_F32, {EXP}, {0}, 0,
+     OT_NO_GRAD | OT_F32_ONLY},
 };
 
 /* integers: neg, abs and whole-number adds exact in their dtype; the rest promote to f32 */

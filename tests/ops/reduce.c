@@ -77,6 +77,13 @@ static const ot_case CASES[] = {
     {"argmax dim 1", fwd, ref, 1, X3, 2, {3, 5}, DLT_I64, {3, 0, 1, 1}, {0}, 0, OT_NO_GRAD},
     {"argmax last keepdim", fwd, ref, 1, X3, 3, {3, 4, 1}, DLT_I64, {3, 1, 1, -1}, {0}, 0, OT_NO_GRAD},
     {"sum of 1-D", fwd, ref, 1, {{OT_X, 1, {300}, 0, 0, 0}}, 0, {0}, -1, {0, 0, 1, 0}},
+    /* a unit-stride reduction of 32 or more: CUDA's warp-per-output kernel for max/argmax,
+     * whose lanes' (value, position) pairs merge in a shuffle tree (first maximum wins) */
+    {"amax long last dim", fwd, ref, 1, {{OT_X, 2, {3, 64}, 0, 0, 1}}, 1, {3}, -1, {2, 0, 1, -1}},
+    {"argmax long last dim (ties in f16/bf16)", fwd, ref, 1, {{OT_X, 2, {4, 100}, 0, 0, 0}}, 1, {4}, DLT_I64,
+     {3, 0, 1, -1}, {0}, 0, OT_NO_GRAD},
+    /* over a long leading dimension: one thread per output walks 5000 rows */
+    {"sum over 5000 leading rows", fwd, ref, 1, {{OT_X, 2, {5000, 3}, 0, 0, 0}}, 1, {3}, -1, {0, 0, 1, 0}},
 };
 
 static dlt_status e_dup(dlt_ctx *ctx, int *out_touched) {

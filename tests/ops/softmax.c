@@ -37,6 +37,8 @@ static const ot_case CASES[] = {
     {"log_softmax middle", fwd, ref, 1, X(-3, 3), 3, {2, 5, 7}, -1, {1, 1}},
     {"softmax large logits", fwd, ref, 1, X(80, 120), 3, {2, 5, 7}, -1, {-1, 0}},
     {"softmax wide row", fwd, ref, 1, {{OT_X, 2, {3, 1000}, -2, 2, 0}}, 2, {3, 1000}, -1, {1, 0}},
+    /* more rows than a grid dimension other than x holds (65535) */
+    {"log_softmax 70000 rows", fwd, ref, 1, {{OT_X, 2, {70000, 3}, -2, 2, 0}}, 2, {70000, 3}, -1, {1, 1}},
 };
 
 static dlt_status e_dim(dlt_ctx *ctx, int *out_touched) {

@@ -11,8 +11,9 @@ only the first and last 3 entries are shown, around "...". One host copy serves 
 to 64 MiB (only the values shown are unpacked); beyond, the values shown are read one by
 one.
 
-When the loaded library exports dlt_tensor_snprint, its text is used instead (one
-formatting for C and Python).
+When the loaded library exports dlt_tensor_snprint and the print options are the defaults,
+its text is used instead (one formatting for C and Python; the Python tests compare both with
+PyTorch's strings).
 """
 
 import ctypes
@@ -183,8 +184,12 @@ def _c_snprint(t):
     return None
 
 
+_DEFAULT_OPTS = dict(_OPTS)
+
+
 def tensor_repr(t):
-    c = _c_snprint(t)
+    # the library's text is PyTorch's default print options; other options format here
+    c = _c_snprint(t) if _OPTS == _DEFAULT_OPTS else None
     if c is not None:
         return c
     prefix = "tensor("

@@ -3,10 +3,12 @@
 The library is found, in this order:
   1. the path in the DLTRAIN_LIBRARY environment variable (nothing else is tried when it is
      set: a wrong path is an error, not a reason to pick up some other copy);
-  2. its SONAME, libdltrain.so.1, through the dynamic loader's search path (LD_LIBRARY_PATH,
+  2. libdltrain.so.1 next to this package, the copy a wheel bundles (`pip install
+     ./bindings/python` builds and includes it), so an installed wheel needs nothing else;
+  3. its SONAME, libdltrain.so.1, through the dynamic loader's search path (LD_LIBRARY_PATH,
      the ld.so cache, RUNPATH): an installed library of this ABI generation;
-  3. ctypes.util.find_library("dltrain");
-  4. libdltrain.so (a development symlink).
+  4. ctypes.util.find_library("dltrain");
+  5. libdltrain.so (a development symlink).
 The loaded library must report dlt_abi_version() == ABI_VERSION, or importing dltrain raises
 ImportError naming both numbers.
 
@@ -74,6 +76,9 @@ _SIGNATURES = {
     "dlt_ctx_check": (STATUS, [PTR]),
     "dlt_ctx_set_seed": (STATUS, [PTR, U64]),
     "dlt_ctx_get_seed": (STATUS, [PTR, P(U64), P(U64)]),
+    # gptex (issue 17): the generator's whole state (exact resumes)
+    "dlt_ctx_get_rng_state": (STATUS, [PTR, P(U64), P(U64)]),
+    "dlt_ctx_set_rng_state": (STATUS, [PTR, U64, U64]),
     "dlt_ctx_set_deterministic": (STATUS, [PTR, I32]),
     "dlt_ctx_set_allow_tf32": (STATUS, [PTR, I32]),
     "dlt_memory_stat": (STATUS, [PTR, I32, P(U64)]),
@@ -119,6 +124,8 @@ _SIGNATURES = {
     "dlt_tensor_set_requires_grad": (STATUS, [PTR, I32]),
     "dlt_tensor_requires_grad": (I32, [PTR]),
     "dlt_tensor_grad": (PTR, [PTR]),
+    # build: printing
+    "dlt_tensor_snprint": (STATUS, [PTR, STR, SIZE, P(SIZE)]),
     # ---- ops.h
     "dlt_conv2d": (STATUS, [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, I64, P(PTR)]),
     "dlt_batch_norm2d": (STATUS, [PTR, PTR, PTR, PTR, PTR, I32, F64, F64, P(PTR)]),
@@ -208,11 +215,11 @@ _SIGNATURES = {
     "dlt_resnet_create": (STATUS, [PTR, I32, I64, P(PTR)]),
     "dlt_resnet50_create": (STATUS, [PTR, I64, P(PTR)]),
     # nn: option structs (passed as pointers), custom modules, tree queries, summary
-    "dlt_conv2d_options_default": (None, [PTR]),
+    "dlt_conv2d_options_init": (None, [PTR, U32]),
     "dlt_conv2d_create_ex": (STATUS, [PTR, I64, I64, I64, I64, PTR, P(PTR)]),
-    "dlt_batchnorm2d_options_default": (None, [PTR]),
+    "dlt_batchnorm2d_options_init": (None, [PTR, U32]),
     "dlt_batchnorm2d_create_ex": (STATUS, [PTR, I64, PTR, P(PTR)]),
-    "dlt_linear_options_default": (None, [PTR]),
+    "dlt_linear_options_init": (None, [PTR, U32]),
     "dlt_linear_create_ex": (STATUS, [PTR, I64, I64, PTR, P(PTR)]),
     "dlt_custom_module_create": (STATUS, [PTR, STR, MODULE_FORWARD_FN, PTR, USER_DESTROY_FN, P(PTR)]),
     "dlt_module_user_data": (PTR, [PTR]),
@@ -230,8 +237,8 @@ _SIGNATURES = {
     "dlt_dropout_create": (STATUS, [PTR, F64, P(PTR)]),
     "dlt_gelu_create": (STATUS, [PTR, I32, P(PTR)]),
     # ---- gpt.h
-    "dlt_gpt_config_default": (None, [PTR]),
-    "dlt_gpt_config_preset": (STATUS, [STR, PTR]),
+    "dlt_gpt_config_init": (None, [PTR, U32]),
+    "dlt_gpt_config_preset_init": (STATUS, [STR, PTR, U32]),
     "dlt_gpt_create": (STATUS, [PTR, PTR, P(PTR)]),
     "dlt_gpt_get_config": (STATUS, [PTR, PTR]),
     "dlt_gpt_forward": (STATUS, [PTR, PTR, PTR, P(PTR), P(PTR)]),
@@ -259,10 +266,10 @@ _SIGNATURES = {
     "dlt_lr_schedule_clear": (STATUS, [PTR]),
     # optim.h (optim): option structs (passed as byref(ctypes.Structure), see optim.py),
     # Adam/AdamW, parameter groups, clip_grad_norm, nanoGPT and constant schedules
-    "dlt_sgd_options_default": (None, [PTR]),
+    "dlt_sgd_options_init": (None, [PTR, U32]),
     "dlt_sgd_create_ex": (STATUS, [P(PTR), I32, PTR, P(PTR)]),
-    "dlt_adamw_options_default": (None, [PTR]),
-    "dlt_adam_options_default": (None, [PTR]),
+    "dlt_adamw_options_init": (None, [PTR, U32]),
+    "dlt_adam_options_init": (None, [PTR, U32]),
     "dlt_adamw_create_ex": (STATUS, [P(PTR), I32, PTR, P(PTR)]),
     "dlt_adamw_get_options": (STATUS, [PTR, PTR]),
     "dlt_optimizer_exp_avg": (PTR, [PTR, I32]),
@@ -318,9 +325,9 @@ _SIGNATURES = {
     "dlt_loader_epoch_order": (STATUS, [PTR, I64, P(I64), I64]),
     "dlt_evaluate_accuracy": (STATUS, [PTR, PTR, P(F64)]),
     # data.h: datasets over tensors and record files, token data (engineer "data")
-    "dlt_tensor_dataset_options_default": (None, [PTR]),
+    "dlt_tensor_dataset_options_init": (None, [PTR, U32]),
     "dlt_tensor_dataset_create": (STATUS, [PTR, PTR, PTR, P(PTR)]),
-    "dlt_record_file_options_default": (None, [PTR]),
+    "dlt_record_file_options_init": (None, [PTR, U32]),
     "dlt_record_files_open": (STATUS, [PTR, P(STR), I32, PTR, P(PTR)]),
     "dlt_dataset_sample_shape": (I32, [PTR, P(I64), I32]),
     "dlt_dataset_dtype": (I32, [PTR]),
@@ -354,6 +361,8 @@ _SIGNATURES = {
     "dlt_module_load": (STATUS, [PTR, STR]),
     "dlt_checkpoint_save": (STATUS, [STR, PTR, PTR, PTR, I64, I64]),
     "dlt_checkpoint_load": (STATUS, [STR, PTR, PTR, PTR, P(I64), P(I64)]),
+    # gptex (issue 17): a program's own train.* entries in a checkpoint
+    "dlt_checkpoint_save_ex": (STATUS, [STR, PTR, PTR, PTR, I64, I64, P(STR), P(PTR), I32]),
     "dlt_safetensors_save": (STATUS, [STR, P(STR), P(PTR), I32]),
     "dlt_safetensors_load_tensor": (STATUS, [PTR, STR, STR, P(PTR)]),
     # io.h, harden (issue 19): the file handle, non-strict and filtered loads
@@ -365,7 +374,7 @@ _SIGNATURES = {
     "dlt_safetensors_dtype_name": (STR, [PTR, STR]),
     "dlt_safetensors_metadata": (STR, [PTR, STR]),
     "dlt_safetensors_get": (STATUS, [PTR, PTR, STR, P(PTR)]),
-    "dlt_module_load_options_default": (None, [PTR]),
+    "dlt_module_load_options_init": (None, [PTR, U32]),
     "dlt_module_load_ex": (STATUS, [PTR, STR, PTR, P(PTR)]),
     "dlt_module_load_safetensors": (STATUS, [PTR, PTR, PTR, P(PTR)]),
     "dlt_load_report_count": (I32, [PTR, I32]),
@@ -440,7 +449,13 @@ def _candidates():
     env = os.environ.get("DLTRAIN_LIBRARY")
     if env:
         return [env], True
-    names = ["libdltrain.so.%d" % ABI_VERSION]
+    names = []
+    # build: the wheel's bundled copy, by absolute path (the loader does not search here)
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "libdltrain.so.%d" % ABI_VERSION)
+    if os.path.exists(bundled):
+        names.append(bundled)
+    names.append("libdltrain.so.%d" % ABI_VERSION)
     found = ctypes.util.find_library("dltrain")
     if found:
         names.append(found)

@@ -255,6 +255,20 @@ class Context(Handle):
         check(lib.dlt_ctx_get_seed(self.handle, ctypes.byref(s), ctypes.byref(o)))
         return s.value, o.value
 
+    def get_rng_state(self):
+        """(seed, offset): the generator's whole state, what a resumed run restores with
+        set_rng_state (torch.cuda.get_rng_state's counterpart). Unlike get_seed's offset it
+        counts what replays of captured graphs drew (a device read: synchronises)."""
+        s, o = ctypes.c_uint64(), ctypes.c_uint64()
+        check(lib.dlt_ctx_get_rng_state(self.handle, ctypes.byref(s), ctypes.byref(o)))
+        return s.value, o.value
+
+    def set_rng_state(self, state):
+        """Restores a (seed, offset) pair from get_rng_state: later random ops draw what
+        they would have drawn after the read. Set it before capturing a graph."""
+        seed, offset = state
+        check(lib.dlt_ctx_set_rng_state(self.handle, check_seed(seed), check_seed(offset)))
+
     def set_deterministic(self, on=True):
         check(lib.dlt_ctx_set_deterministic(self.handle, 1 if on else 0))
 

@@ -250,7 +250,7 @@ class TensorDataset(Dataset):
         x = _features(tensors[0], dtype, ctx)
         y = _labels(tensors[1], ctx) if len(tensors) == 2 else None
         o = _TensorDatasetOptions()
-        lib.dlt_tensor_dataset_options_default(ctypes.addressof(o))
+        lib.dlt_tensor_dataset_options_init(ctypes.addressof(o), ctypes.sizeof(o))
         o.image = 1 if image else 0
         o.num_classes = int(num_classes)
         out = ctypes.c_void_p()
@@ -288,7 +288,7 @@ class RecordDataset(Dataset):
         encoded = [enc(p) for p in paths]
         arr = (ctypes.c_char_p * max(len(encoded), 1))(*encoded)
         o = _RecordFileOptions()
-        lib.dlt_record_file_options_default(ctypes.addressof(o))
+        lib.dlt_record_file_options_init(ctypes.addressof(o), ctypes.sizeof(o))
         o.record_bytes, o.image_offset = int(record_bytes), int(image_offset)
         o.channels, o.height, o.width = int(channels), int(height), int(width)
         o.label_offset, o.label_width = int(label_offset), int(label_width)

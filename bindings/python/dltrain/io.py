@@ -66,7 +66,7 @@ def load(module, path, strict=True, *, file_prefix=None, module_prefix=None):
     else:
         source = None
     o = _LoadOptions()
-    lib.dlt_module_load_options_default(ctypes.byref(o))
+    lib.dlt_module_load_options_init(ctypes.byref(o), ctypes.sizeof(o))
     o.strict = 1 if strict else 0
     keep = (enc(file_prefix), enc(module_prefix))
     o.file_prefix, o.module_prefix = keep
@@ -158,15 +158,25 @@ def safe_open(path):
     return SafeTensors(path)
 
 
-def checkpoint_save(path, model, optimizer=None, scaler=None, epoch=0, step=0):
+def checkpoint_save(path, model, optimizer=None, scaler=None, epoch=0, step=0, extra=None):
     """A training checkpoint: model state, optimizer momentum buffers/lr/step count, the
-    scaler's state and the position (epoch, step)."""
+    scaler's state and the position (epoch, step). extra: the program's own entries, a dict
+    {"train.<name>": Tensor} (dlt_checkpoint_save_ex: nanoGPT's iter_num, best_val_loss, ...);
+    loads ignore them, SafeTensors(path).get_tensor reads them back."""
     from .amp import GradScaler
     from .optim import Optimizer
-    check(lib.dlt_checkpoint_save(enc(path), arg(model, _module_cls(), "model"),
-                                  arg(optimizer, Optimizer, "optimizer", optional=True),
-                                  arg(scaler, GradScaler, "scaler", optional=True),
-                                  int(epoch), int(step)))
+    m = arg(model, _module_cls(), "model")
+    o = arg(optimizer, Optimizer, "optimizer", optional=True)
+    s = arg(scaler, GradScaler, "scaler", optional=True)
+    if not extra:
+        check(lib.dlt_checkpoint_save(enc(path), m, o, s, int(epoch), int(step)))
+        return
+    items = list(extra.items())
+    n = len(items)
+    names = (ctypes.c_char_p * n)(*[enc(k) for k, _ in items])
+    handles = (ctypes.c_void_p * n)(*[arg(t, Tensor, "extra[%r]" % (k,)) for k, t in items])
+    tag_array(handles, [t for _, t in items])
+    check(lib.dlt_checkpoint_save_ex(enc(path), m, o, s, int(epoch), int(step), names, handles, n))
 
 
 def checkpoint_load(path, model, optimizer=None, scaler=None):

@@ -21,8 +21,9 @@ from ._module import Module, Parameter, summary
 from ._layers import (Conv2d, BatchNorm2d, Linear, ReLU, MaxPool2d, GlobalAvgPool2d,
                       AdaptiveAvgPool2d, Flatten, Sequential, BasicBlock, Bottleneck, ResNet,
                       resnet18, resnet34, resnet50, resnet101, resnet152)
+from .gpt import GPT, GPTConfig  # gptex (issue 17): nanoGPT's model
 
 __all__ = ["Module", "Parameter", "summary", "Conv2d", "BatchNorm2d", "Linear", "ReLU",
            "MaxPool2d", "GlobalAvgPool2d", "AdaptiveAvgPool2d", "Flatten", "Sequential",
            "BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50",
-           "resnet101", "resnet152"]
+           "resnet101", "resnet152", "GPT", "GPTConfig"]

@@ -36,7 +36,7 @@ from ._tensor import Tensor
 
 
 class _SgdOptions(ctypes.Structure):
-    """dlt_sgd_options (optim.h); filled by dlt_sgd_options_default."""
+    """dlt_sgd_options (optim.h); filled by dlt_sgd_options_init."""
     _fields_ = [("size", ctypes.c_uint32), ("lr", ctypes.c_double),
                 ("momentum", ctypes.c_double), ("dampening", ctypes.c_double),
                 ("weight_decay", ctypes.c_double), ("nesterov", ctypes.c_int32),
@@ -44,7 +44,7 @@ class _SgdOptions(ctypes.Structure):
 
 
 class _AdamWOptions(ctypes.Structure):
-    """dlt_adamw_options (optim.h); filled by dlt_adamw_options_default."""
+    """dlt_adamw_options (optim.h); filled by dlt_adamw_options_init."""
     _fields_ = [("size", ctypes.c_uint32), ("decoupled_weight_decay", ctypes.c_int32),
                 ("lr", ctypes.c_double), ("beta1", ctypes.c_double),
                 ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
@@ -299,7 +299,7 @@ class SGD(Optimizer):
         tensors, opts = groups[0]
         arr, n, ctx, _ = _tensor_array(tensors)
         o = _SgdOptions()
-        lib.dlt_sgd_options_default(ctypes.byref(o))
+        lib.dlt_sgd_options_init(ctypes.byref(o), ctypes.sizeof(o))
         o.lr = float(opts["lr"])
         o.momentum = float(momentum)
         o.dampening = float(dampening)
@@ -351,7 +351,7 @@ class AdamW(Optimizer):
         tensors, opts = groups[0]
         arr, n, ctx, _ = _tensor_array(tensors)
         o = _AdamWOptions()
-        lib.dlt_adamw_options_default(ctypes.byref(o))
+        lib.dlt_adamw_options_init(ctypes.byref(o), ctypes.sizeof(o))
         o.decoupled_weight_decay = 1 if decoupled else 0
         o.lr = float(opts["lr"])
         o.beta1, o.beta2 = betas

@@ -173,17 +173,17 @@ def test_warmup_cosine_schedule_is_nanogpts():
 def test_option_structs_match_the_library():
     """The ctypes mirrors of dlt_sgd_options / dlt_adamw_options have the C sizes and the
     defaults the library fills in."""
-    require("dlt_adamw_options_default", "dlt_sgd_options_default")
+    require("dlt_adamw_options_init", "dlt_sgd_options_init")
     import ctypes
     from dltrain import optim
     from dltrain._lib import lib
     a = optim._AdamWOptions()
-    lib.dlt_adamw_options_default(ctypes.byref(a))
+    lib.dlt_adamw_options_init(ctypes.byref(a), ctypes.sizeof(a))
     assert a.size == ctypes.sizeof(a), (a.size, ctypes.sizeof(a))
     assert (a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.decoupled_weight_decay) == \
         (1e-3, 0.9, 0.999, 1e-8, 1e-2, 1)
-    lib.dlt_adam_options_default(ctypes.byref(a))
+    lib.dlt_adam_options_init(ctypes.byref(a), ctypes.sizeof(a))
     assert a.weight_decay == 0.0 and a.decoupled_weight_decay == 0
     s = optim._SgdOptions()
-    lib.dlt_sgd_options_default(ctypes.byref(s))
+    lib.dlt_sgd_options_init(ctypes.byref(s), ctypes.sizeof(s))
     assert s.size == ctypes.sizeof(s) and s.lr == 1e-3 and s.momentum == 0.0
