@@ -245,6 +245,21 @@ static void options_rank(int rank, int world, void *arg) {
     memset(&z, 0, sizeof z);
     CST(dlt_comm_create_ex(ctx, &z, &c), DLT_ERR_INVALID_ARGUMENT, "options.size");
     CC(c == NULL, "a failed create set out");
+    /* the option-struct ABI (core.h): _init writes only the caller's size; a newer header's
+     * struct gets its unknown bytes zeroed, and one that sets them is refused */
+    struct {
+        dlt_comm_options base;
+        unsigned char extra[8];
+    } newer;
+    memset(&newer, 0xA5, sizeof newer);
+    dlt_comm_options_init(&newer.base, (uint32_t)sizeof newer.base);
+    CC(newer.extra[0] == 0xA5 && newer.extra[7] == 0xA5 && newer.base.rank == -1 &&
+           newer.base.size == sizeof newer.base, "_init wrote past the caller's struct");
+    dlt_comm_options_init(&newer.base, (uint32_t)sizeof newer);
+    CC(newer.extra[0] == 0 && newer.extra[7] == 0 && newer.base.size == sizeof newer, "newer bytes not zeroed");
+    newer.extra[3] = 1;
+    CST(dlt_comm_create_ex(ctx, &newer.base, &c), DLT_ERR_NOT_SUPPORTED, "newer header");
+    CC(c == NULL, "a refused create set out");
     /* world 1: no network, every collective is the identity */
     dlt_comm_options_default(&o);
     o.rank = 0;
@@ -926,6 +941,17 @@ static void buckets_rank(int rank, int world, void *arg) {
     dlt_ddp_options z;
     memset(&z, 0, sizeof z);
     CST(dlt_ddp_create_ex(c, seq, &z, &d), DLT_ERR_INVALID_ARGUMENT, "options.size");
+    struct {
+        dlt_ddp_options base;
+        unsigned char extra[8];
+    } newer;
+    memset(&newer, 0xA5, sizeof newer);
+    dlt_ddp_options_init(&newer.base, (uint32_t)sizeof newer.base);
+    CC(newer.extra[0] == 0xA5 && newer.base.bucket_cap_mb == 25.0 && newer.base.first_bucket_mb == 1.0 &&
+           newer.base.broadcast_buffers == 1, "dlt_ddp_options_init");
+    dlt_ddp_options_init(&newer.base, (uint32_t)sizeof newer);
+    newer.extra[0] = 7;
+    CST(dlt_ddp_create_ex(c, seq, &newer.base, &d), DLT_ERR_NOT_SUPPORTED, "newer header");
     o.bucket_cap_mb = 0;
     CST(dlt_ddp_create_ex(c, seq, &o, &d), DLT_ERR_INVALID_ARGUMENT, "bucket_cap_mb");
     CST(dlt_ddp_create(NULL, seq, &d), DLT_ERR_NULL_POINTER, NULL);

@@ -61,8 +61,8 @@ typedef struct dlt_comm dlt_comm;
  */
 DLT_API DLT_NODISCARD dlt_status dlt_dist_env(int32_t *rank, int32_t *world_size, int32_t *local_rank);
 
-/** Options of dlt_comm_create_ex (fill with dlt_comm_options_default; see nn.h for the
- *  option-struct rules). */
+/** Options of dlt_comm_create_ex (fill with dlt_comm_options_default; core.h: "Option
+ *  structs"). */
 typedef struct dlt_comm_options {
     uint32_t size;           /**< sizeof(dlt_comm_options), set by _default */
     int32_t rank;            /**< -1 (default): from the environment (dlt_dist_env) */
@@ -73,9 +73,13 @@ typedef struct dlt_comm_options {
     const char *master_addr; /**< NULL (default): MASTER_ADDR, else "127.0.0.1" (copied) */
 } dlt_comm_options;
 
-/** Fills o with its size and the defaults (everything from the environment). NULL is a
- *  no-op. */
-DLT_API void dlt_comm_options_default(dlt_comm_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with the defaults
+ *  (everything from the environment). NULL is a no-op. */
+DLT_API void dlt_comm_options_init(dlt_comm_options *o, uint32_t size);
+/** dlt_comm_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_comm_options_default(dlt_comm_options *o) {
+    dlt_comm_options_init(o, (uint32_t)sizeof *o);
+}
 
 /**
  * torch.distributed.init_process_group("env://"): joins the job's other processes. Every
@@ -188,7 +192,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_comm_checkpoint_save(dlt_comm *c, const cha
  * ------------------------------------------------------------------------------------- */
 typedef struct dlt_ddp dlt_ddp;
 
-/** Options of dlt_ddp_create_ex (fill with dlt_ddp_options_default). */
+/** Options of dlt_ddp_create_ex (fill with dlt_ddp_options_default; core.h: "Option
+ *  structs"). */
 typedef struct dlt_ddp_options {
     uint32_t size;             /**< sizeof(dlt_ddp_options), set by _default */
     int32_t broadcast_buffers; /**< 1 (default): dlt_ddp_forward first broadcasts the buffers
@@ -198,8 +203,13 @@ typedef struct dlt_ddp_options {
                                 *   _DEFAULT_FIRST_BUCKET_BYTES) */
 } dlt_ddp_options;
 
-/** Fills o with its size and DDP's defaults. NULL is a no-op. */
-DLT_API void dlt_ddp_options_default(dlt_ddp_options *o);
+/** Fills the first `size` bytes of o (core.h: option structs) with DDP's defaults. NULL is
+ *  a no-op. */
+DLT_API void dlt_ddp_options_init(dlt_ddp_options *o, uint32_t size);
+/** dlt_ddp_options_init(o, sizeof *o): the call C and C++ programs make. */
+static inline void dlt_ddp_options_default(dlt_ddp_options *o) {
+    dlt_ddp_options_init(o, (uint32_t)sizeof *o);
+}
 
 /**
  * DistributedDataParallel(m): m's parameters and buffers are broadcast from rank 0 (all

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/options.h"
 #include "dist_internal.h"
 
 static const char *const COLL_NAMES[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter"};
@@ -87,12 +88,12 @@ dlt_status dlt_dist_env(int32_t *rank, int32_t *world_size, int32_t *local_rank)
     return DLT_OK;
 }
 
-void dlt_comm_options_default(dlt_comm_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->rank = -1;
-    o->world_size = -1;
+static const dlt_comm_options COMM_DEFAULTS = {.size = sizeof(dlt_comm_options), .rank = -1, .world_size = -1};
+/* the first release's struct ends after master_addr */
+#define COMM_OPTIONS_V1 DLT__FIELD_END(dlt_comm_options, master_addr)
+
+void dlt_comm_options_init(dlt_comm_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &COMM_DEFAULTS, sizeof COMM_DEFAULTS, COMM_OPTIONS_V1);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -190,15 +191,8 @@ dlt_status dlt_comm_create_ex(dlt_ctx *ctx, const dlt_comm_options *o, dlt_comm 
     static const char *F = "dlt_comm_create_ex";
     DLT_NULL_CHECK(ctx, F);
     DLT_NULL_CHECK(out, F);
-    dlt_comm_options opt;
-    dlt_comm_options_default(&opt);
-    if (o) {
-        if (o->size == 0)
-            return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
-                            "options.size is 0: fill the options with dlt_comm_options_default first");
-        memcpy(&opt, o, o->size < sizeof opt ? o->size : sizeof opt);
-        opt.size = (uint32_t)sizeof opt;
-    }
+    dlt_comm_options opt = COMM_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&opt, sizeof opt, o, COMM_OPTIONS_V1, "dlt_comm_options", F));
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     int32_t er = 0, ew = 1;
     if (opt.rank < 0 || opt.world_size < 0) DLT_CHECK(dlt_dist_env(&er, &ew, NULL));
@@ -283,8 +277,7 @@ dlt_status dlt_comm_create_nccl(dlt_ctx *ctx, int32_t rank, int32_t world_size, 
                         "NCCL moves CUDA tensors: this is a CPU context (use dlt_comm_create)");
     DLT_CHECK(dlt__ctx_ok(ctx, F));
     DLT_CHECK(need_nccl(ctx, F));
-    dlt_comm_options opt;
-    dlt_comm_options_default(&opt);
+    dlt_comm_options opt = COMM_DEFAULTS;
     int64_t timeout = 0;
     DLT_CHECK(resolve_timeout(&opt, F, &timeout));
     dlt_comm *c = NULL;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/options.h"
 #include "dist_internal.h"
 
 #define F_BWD "dlt_backward"
@@ -61,13 +62,13 @@ struct dlt_ddp {
     uint32_t cap;
 };
 
-void dlt_ddp_options_default(dlt_ddp_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = (uint32_t)sizeof *o;
-    o->broadcast_buffers = 1;
-    o->bucket_cap_mb = 25.0;
-    o->first_bucket_mb = 1.0;
+static const dlt_ddp_options DDP_DEFAULTS = {
+    .size = sizeof(dlt_ddp_options), .broadcast_buffers = 1, .bucket_cap_mb = 25.0, .first_bucket_mb = 1.0};
+/* the first release's struct ends after first_bucket_mb */
+#define DDP_OPTIONS_V1 DLT__FIELD_END(dlt_ddp_options, first_bucket_mb)
+
+void dlt_ddp_options_init(dlt_ddp_options *o, uint32_t size) {
+    dlt__options_fill(o, size, &DDP_DEFAULTS, sizeof DDP_DEFAULTS, DDP_OPTIONS_V1);
 }
 
 static uint32_t hash_ptr(const void *p) {
@@ -382,15 +383,8 @@ dlt_status dlt_ddp_create_ex(dlt_comm *c, dlt_module *m, const dlt_ddp_options *
     DLT_NULL_CHECK(c, F);
     DLT_NULL_CHECK(m, F);
     DLT_NULL_CHECK(out, F);
-    dlt_ddp_options opt;
-    dlt_ddp_options_default(&opt);
-    if (o) {
-        if (o->size == 0)
-            return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
-                            "options.size is 0: fill the options with dlt_ddp_options_default first");
-        memcpy(&opt, o, o->size < sizeof opt ? o->size : sizeof opt);
-        opt.size = (uint32_t)sizeof opt;
-    }
+    dlt_ddp_options opt = DDP_DEFAULTS;
+    DLT_CHECK(dlt__options_read(&opt, sizeof opt, o, DDP_OPTIONS_V1, "dlt_ddp_options", F));
     if (!(opt.bucket_cap_mb > 0) || !(opt.first_bucket_mb > 0) || opt.bucket_cap_mb > 1e6 ||
         opt.first_bucket_mb > 1e6)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "bucket_cap_mb %g and first_bucket_mb %g must be in (0, 1e6]",

@@ -411,7 +411,7 @@ _SIGNATURES = {
     "dlt_gpu_monitor_series_field_name": (STR, [I32]),
     # ---- dist.h (issue 21): communicators, DDP, distributed samplers
     "dlt_dist_env": (STATUS, [P(I32), P(I32), P(I32)]),
-    "dlt_comm_options_default": (None, [PTR]),
+    "dlt_comm_options_init": (None, [PTR, U32]),
     "dlt_comm_create_ex": (STATUS, [PTR, PTR, P(PTR)]),
     "dlt_comm_create": (STATUS, [PTR, P(PTR)]),
     "dlt_comm_create_nccl": (STATUS, [PTR, I32, I32, PTR, SIZE, P(PTR)]),
@@ -430,7 +430,7 @@ _SIGNATURES = {
     "dlt_comm_barrier": (STATUS, [PTR]),
     "dlt_grad_scaler_set_comm": (STATUS, [PTR, PTR]),
     "dlt_comm_checkpoint_save": (STATUS, [PTR, STR, PTR, PTR, PTR, I64, I64]),
-    "dlt_ddp_options_default": (None, [PTR]),
+    "dlt_ddp_options_init": (None, [PTR, U32]),
     "dlt_ddp_create_ex": (STATUS, [PTR, PTR, PTR, P(PTR)]),
     "dlt_ddp_create": (STATUS, [PTR, PTR, P(PTR)]),
     "dlt_ddp_destroy": (None, [PTR]),
