@@ -161,3 +161,20 @@ int dlt_launch(const char *prog, int n, char *const argv[], const char *master_a
     free(done);
     return status;
 }
+
+int dlt_launch_self(const char *prog, int n, int argc, char **argv) {
+    char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (k <= 0 || !args) {
+        fprintf(stderr, "%s: cannot start the ranks (no /proc/self/exe?): use dltrain-run\n", prog);
+        free(args);
+        return 1;
+    }
+    self[k] = '\0';
+    args[0] = self;
+    for (int i = 1; i < argc; i++) args[i] = argv[i];
+    int rc = dlt_launch(prog, n, args, "127.0.0.1", 0, 5);
+    free(args);
+    return rc;
+}

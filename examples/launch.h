@@ -15,4 +15,9 @@
 int dlt_launch(const char *prog, int n, char *const argv[], const char *master_addr, int master_port,
                int grace_s);
 
+/* --gpus N of a training example run without a launcher: n copies of this very program
+ * (/proc/self/exe) with argv[1..argc-1], on 127.0.0.1 and a free port, 5 s grace; returns
+ * dlt_launch's status (1 with a message when /proc/self/exe cannot be read). */
+int dlt_launch_self(const char *prog, int n, int argc, char **argv);
+
 #endif

@@ -174,22 +174,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         fprintf(stderr, "%s: %s\n", prog, dlt_last_error());
         return 1;
     }
-    if (o.gpus > 1 && world == 1) {
-        char self[4096];
-        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-        char **args = calloc((size_t)argc + 1, sizeof *args);
-        if (k <= 0 || !args) {
-            fprintf(stderr, "%s: cannot start the ranks (no /proc/self/exe?): use dltrain-run\n", prog);
-            free(args);
-            return 1;
-        }
-        self[k] = '\0';
-        args[0] = self;
-        for (int i = 1; i < argc; i++) args[i] = argv[i];
-        int rc = dlt_launch(prog, (int)o.gpus, args, "127.0.0.1", 0, 5);
-        free(args);
-        return rc;
-    }
+    if (o.gpus > 1 && world == 1) return dlt_launch_self(prog, (int)o.gpus, argc, argv);
     const int lead = rank == 0;
     if (!lead && !freopen("/dev/null", "w", stdout)) { /* rank 0 speaks for the run; errors still show */
         fprintf(stderr, "%s: rank %d: cannot silence stdout\n", prog, rank);

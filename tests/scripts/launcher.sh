@@ -3,7 +3,9 @@
 # that meet and all-reduce; a failing rank ends the run at once with its exit status and the
 # others are stopped; a signal to the launcher reaches the ranks; bad usage exits 2; ranks
 # started by hand with mpirun's OMPI_COMM_WORLD_* variables meet too; the ResNet50 example
-# trains with --gpus 2 on the CPU and rank 0 alone writes the checkpoint.
+# trains with --gpus 2 on the CPU and rank 0 alone writes the checkpoint; the GPT example
+# on 2 ranks x batch b trains the parameters of one process x batch 2b (accumulation with
+# no_sync included), and a 2-rank run resumes bitwise (each rank's dropout stream restored).
 run="$1"; prog="$2"; examples="$3"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 n=0
@@ -59,4 +61,45 @@ if timeout 600 "$ex" --device cpu --amp off --batch 2 --steps 2 --epochs 1 --gpu
      && [ "$(ls "$tmp" | grep -c safetensors)" = 1 ]; then
   ok "resnet50_cifar10 --gpus 2 on the CPU: rank 0 reports and saves" "$(grep 'Loss: ' "$tmp/out" | tail -1)"
 else notok "resnet50_cifar10 --gpus 2"; fi
+
+# the GPT example, data parallel on the CPU (dropout 0: each rank draws its own dropout)
+G="$examples/gpt_train"
+# max |a - b| over the model's float32 tensors of two checkpoints (standard library only)
+maxdiff() {
+  python3 - "$1" "$2" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
+    for k, v in h.items():
+        if k.split('.')[0] in ('transformer', 'lm_head') and v['dtype'] == 'F32':
+            s, e = v['data_offsets']; out[k] = array.array('f', b[8 + n + s:8 + n + e])
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a and sorted(a) == sorted(b)
+print(max(abs(x - y) for k in a for x, y in zip(a[k], b[k])))
+PY
+}
+GA=(--device cpu --preset tiny --amp fp32 --dropout 0 --context 16 --iters 6 --accum 2 --eval-interval 0 --log-interval 0
+    --synthetic-tokens 20000 --save-every 6)
+timeout 300 "$G" "${GA[@]}" --batch 4 --out "$tmp/g1" >"$tmp/out" 2>&1; r1=$?
+timeout 300 "$G" "${GA[@]}" --batch 2 --out "$tmp/gh" >>"$tmp/out" 2>&1; r2=$?
+timeout 300 "$G" "${GA[@]}" --batch 2 --gpus 2 --out "$tmp/g2" >"$tmp/g2.log" 2>&1; r3=$?
+cat "$tmp/g2.log" >>"$tmp/out"
+d=$(maxdiff "$tmp/g1/ckpt.safetensors" "$tmp/g2/ckpt.safetensors" 2>>"$tmp/out")
+dc=$(maxdiff "$tmp/g1/ckpt.safetensors" "$tmp/gh/ckpt.safetensors" 2>>"$tmp/out")
+if [ "$r1$r2$r3" = 000 ] && grep -q '^data parallel: 2 processes (tcp) x batch 2 = global batch 4$' "$tmp/g2.log" \
+   && [ "$(grep -c '^saved ' "$tmp/g2.log")" = 1 ] && [ -n "$d" ] && [ -n "$dc" ] \
+   && awk -v d="$d" -v c="$dc" 'BEGIN{exit !(d < 1e-6 && c > 1e-4)}'; then
+  ok "gpt_train --gpus 2 x batch 2 (accum 2) trains one process's parameters at batch 4" "max diff $d; batch 2 alone: $dc"
+else notok "gpt_train --gpus 2 equivalence (rc $r1/$r2/$r3, diff '$d', control '$dc')"; fi
+
+GR=(--device cpu --preset tiny --amp fp32 --dropout 0.2 --context 16 --accum 2 --batch 2 --gpus 2 --eval-interval 0
+    --log-interval 0 --synthetic-tokens 20000 --lr-decay-iters 6 --warmup-iters 1 --save-every 3)
+timeout 300 "$G" "${GR[@]}" --iters 6 --out "$tmp/rf" >"$tmp/out" 2>&1; r1=$?
+timeout 300 "$G" "${GR[@]}" --iters 3 --out "$tmp/rp" >>"$tmp/out" 2>&1; r2=$?
+timeout 300 "$G" "${GR[@]}" --iters 6 --out "$tmp/rp" --resume >>"$tmp/out" 2>&1; r3=$?
+if [ "$r1$r2$r3" = 000 ] && cmp -s "$tmp/rf/ckpt.safetensors" "$tmp/rp/ckpt.safetensors" \
+   && grep -q 'resumed from .* at iteration 3' "$tmp/out"; then
+  ok "gpt_train --gpus 2 --resume continues bitwise (dropout 0.2: every rank's stream restored)"
+else notok "gpt_train --gpus 2 resume (rc $r1/$r2/$r3)"; fi
 echo "1..$n"
