@@ -61,13 +61,16 @@ struct GatherArgs {
     uint64_t aug_seed;
     void *x;
     void *y;
+    int64_t aug_stride, aug_offset; /* dist: a shard's augmentation keys */
 };
 
 /* Dataset index of batch row `row` at cursor cur; raw = the unwrapped epoch position. */
 __device__ __forceinline__ int64_t sample_of(const GatherArgs &a, const dlt_data_cursor &cur,
                                              int64_t row, int64_t &raw) {
-    raw = cur.batch * a.batch_size + row; /* keys the augmentation */
-    const int64_t pos = raw % a.count;    /* wraps past the end (replays) */
+    const int64_t p = cur.batch * a.batch_size + row;
+    /* keys the augmentation: the position in the whole epoch (a shard's: internal.h) */
+    raw = a.aug_stride ? p * a.aug_stride + a.aug_offset : p;
+    const int64_t pos = p % a.count; /* wraps past the end (replays) */
     return a.perm ? (int64_t)a.perm[pos] : pos;
 }
 
@@ -195,12 +198,13 @@ struct TokenArgs {
     uint64_t seed, range;
     int64_t T;
     void *x, *y;
+    int64_t row_offset; /* dist: a rank's rows */
 };
 
 template <typename I> __global__ void tokens_kernel(TokenArgs a) {
     const int64_t b = blockIdx.x;
     const dlt_data_cursor cur = *a.cursor;
-    const int64_t o = dlt__token_offset(a.seed, cur.batch, b, a.range);
+    const int64_t o = dlt__token_offset(a.seed, cur.batch, b + a.row_offset, a.range);
     const uint16_t *src = a.tokens + o;
     I *x = static_cast<I *>(a.x) + b * a.T, *y = static_cast<I *>(a.y) + b * a.T;
     for (int64_t t = threadIdx.x; t < a.T; t += blockDim.x) {
@@ -289,6 +293,8 @@ dlt_status dlt__cuda_data_gather(dlt_ctx *ctx, const dlt_data_launch *L) {
     a.numel = L->sample_numel;
     a.record_bytes = (int64_t)L->record_bytes;
     a.aug_seed = L->aug_seed;
+    a.aug_stride = L->aug_stride;
+    a.aug_offset = L->aug_offset;
     a.x = dlt__data(L->x);
     a.y = L->y ? dlt__data(L->y) : nullptr;
     if (!L->image) {
@@ -328,6 +334,7 @@ dlt_status dlt__cuda_data_tokens(dlt_ctx *ctx, const dlt_token_launch *L) {
     a.T = L->block_size;
     a.x = dlt__data(L->x);
     a.y = dlt__data(L->y);
+    a.row_offset = L->row_offset;
     const int threads = L->block_size >= 256 ? 256 : 64;
     if (L->x->dtype == DLT_I64)
         tokens_kernel<int64_t><<<(unsigned)L->batch_size, threads, 0, dlt__stream(ctx)>>>(a);

@@ -151,6 +151,21 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
 dlt_status dlt__cuda_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L);
 dlt_status dlt__cuda_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L);
 #define DLT_CUDA_OPTIM_ENTRIES .adamw_step = dlt__cuda_adamw_step, .clip_grad_norm = dlt__cuda_clip_grad_norm,
+/* ---- dist: nccl.c (NCCL by dlopen; compile-checked only so far) ---- */
+dlt_status dlt__cuda_nccl_unique_id(dlt_ctx *ctx, void *id, size_t n, int32_t *version);
+dlt_status dlt__cuda_nccl_init(dlt_ctx *ctx, const void *id, int32_t rank, int32_t world, int64_t timeout_ms,
+                               void **comm);
+void dlt__cuda_nccl_free(dlt_ctx *ctx, void *comm, int32_t abort);
+dlt_status dlt__cuda_nccl_run(dlt_ctx *ctx, void *comm, const dlt_nccl_launch *L);
+dlt_status dlt__cuda_nccl_fork(dlt_ctx *ctx, void *comm);
+dlt_status dlt__cuda_nccl_join(dlt_ctx *ctx, void *comm);
+dlt_status dlt__cuda_nccl_check(dlt_ctx *ctx, void *comm);
+dlt_status dlt__cuda_nccl_wait(dlt_ctx *ctx, void *comm);
+#define DLT_CUDA_DIST_ENTRIES                                                                 \
+    .nccl_unique_id = dlt__cuda_nccl_unique_id, .nccl_init = dlt__cuda_nccl_init,             \
+    .nccl_free = dlt__cuda_nccl_free, .nccl_run = dlt__cuda_nccl_run,                         \
+    .nccl_fork = dlt__cuda_nccl_fork, .nccl_join = dlt__cuda_nccl_join,                       \
+    .nccl_check = dlt__cuda_nccl_check, .nccl_wait = dlt__cuda_nccl_wait,
 
 #ifdef __cplusplus
 }
@@ -159,6 +174,7 @@ dlt_status dlt__cuda_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L);
 #define DLT_CUDA_OPS_ENTRIES                                                                  \
     DLT_CUDA_CONV2D_ENTRIES DLT_CUDA_BATCHNORM_ENTRIES DLT_CUDA_POOL_ENTRIES                  \
     DLT_CUDA_LINEAR_ENTRIES DLT_CUDA_CROSS_ENTROPY_ENTRIES DLT_CUDA_SGD_ENTRIES              \
-    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES DLT_CUDA_TRANSFORMER_ENTRIES DLT_CUDA_OPTIM_ENTRIES
+    DLT_CUDA_AMP_ENTRIES DLT_CUDA_DATA_ENTRIES DLT_CUDA_TRANSFORMER_ENTRIES DLT_CUDA_OPTIM_ENTRIES \
+    DLT_CUDA_DIST_ENTRIES
 
 #endif

@@ -90,7 +90,10 @@ static dlt_status micro_step(gpt_step *s, int last) {
 dlt_status gpt_train_step(void *user) {
     gpt_step *s = user;
     CK(dlt_optimizer_zero_grad(s->opt, 1));
-    for (int64_t m = 0; m < s->accum; m++) CK(micro_step(s, m == s->accum - 1));
+    for (int64_t m = 0; m < s->accum; m++) {
+        if (s->ddp) CK(dlt_ddp_no_sync(s->ddp, m != s->accum - 1));
+        CK(micro_step(s, m == s->accum - 1));
+    }
     if (s->grad_clip > 0) {
         CK(dlt_grad_scaler_unscale(s->scaler, s->opt));
         CK(dlt_clip_grad_norm(s->params, s->n_params, s->grad_clip, 2.0, NULL));

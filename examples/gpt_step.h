@@ -30,6 +30,9 @@ typedef struct gpt_step {
     int64_t accum;        /* micro-steps per optimizer step */
     double grad_clip;     /* 0: no clipping */
     dlt_tensor *loss_out; /* f32 []: the last micro-step's loss (before the division by accum) */
+    dlt_ddp *ddp;         /* data parallel (dist.h; NULL: one process): the gradients are averaged
+                           * in the last micro-step's backward only (nanoGPT's
+                           * require_backward_grad_sync), so clipping sees the averaged ones */
 } gpt_step;
 
 /* nanoGPT's configure_optimizers: AdamW(lr, betas, eps 1e-8) over two parameter groups,

@@ -20,6 +20,16 @@
  * scaler, and the program's own entries (train.iter, the token loader's draw position, the
  * best validation loss, the generator's state): --resume continues exactly as the
  * uninterrupted run would have (tests/scripts/gpt_examples.sh compares the two bitwise).
+ * Data parallel (--gpus N, or started by dltrain-run, torchrun or mpirun; docs/distributed.md):
+ * one process per GPU as nanoGPT's DDP mode, with --batch per process: each rank draws its
+ * rows of the global batch (dlt_token_loader_set_distributed: N ranks x B rows are the rows
+ * of one process's N*B), DDP averages the gradients in the last micro-step's backward only,
+ * the GradScaler's skip decision is agreed, and rank 0 alone evaluates (as nanoGPT's master
+ * process: batches of --batch rows), saves, samples and prints; dropout draws from seed +
+ * rank (nanoGPT's seed_offset; a resumed rank restores its own stream), so with dropout 0 N
+ * ranks train the parameters one process with the global batch trains. tokens/s count the
+ * whole run; MFU is per GPU; the logged loss is rank 0's micro-batch's.
+ *
  * Exit status: 0, 1 (a runtime failure: the library's message), 2 (usage).
  */
 #include <errno.h>
@@ -33,6 +43,7 @@
 
 #include "cli.h"
 #include "gpt_train.h"
+#include "launch.h"
 #include "run_record.h"
 
 static void defaults(options *o) {
@@ -65,6 +76,7 @@ static void defaults(options *o) {
     o->seed = 1337;
     o->temperature = 0.8;
     o->peak_tflops = 989;
+    o->gpus = 1;
 }
 
 /* nanoGPT's config/train_shakespeare_char.py over train.py's defaults (reference doc §1).
@@ -174,6 +186,9 @@ static int parse_args(int argc, char **argv, options *o) {
          .help = "MFU's reference (989: H100/H200 dense bf16)"},
         {"json", CLI_STRING, &o->json, .metavar = "FILE",
          .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
+        {"gpus", CLI_INT, &o->gpus, .lo = 1, .hi = 1024, .metavar = "N",
+         .help = "data-parallel processes, one per GPU, --batch each (1);\nstarted here unless a launcher "
+                 "(dltrain-run, torchrun) did"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = cli_parse(argc, argv, PROG, opts, n);
@@ -337,7 +352,19 @@ int main(int argc, char **argv) {
     r->best_val = 1e9f; /* nanoGPT's best_val_loss */
     r->best_iter = r->saved_iter = -1;
     r->first_step_s = -1;
-    if (o->json && report_record_begin(&r->rep, o->json, PROG, argc, argv) != 0) goto fail;
+    /* data parallel: this process's rank, or start the ranks here and wait for them */
+    int32_t local_rank = 0;
+    if (dlt_dist_env(&r->rank, &r->world, &local_rank) != DLT_OK) {
+        fprintf(stderr, "%s: %s\n", PROG, dlt_last_error());
+        return 1;
+    }
+    if (o->gpus > 1 && r->world == 1) return dlt_launch_self(PROG, (int)o->gpus, argc, argv);
+    const int lead = r->rank == 0;
+    if (!lead && !freopen("/dev/null", "w", stdout)) { /* rank 0 speaks for the run; errors still show */
+        fprintf(stderr, "%s: rank %d: cannot silence stdout\n", PROG, r->rank);
+        return 1;
+    }
+    if (o->json && lead && report_record_begin(&r->rep, o->json, PROG, argc, argv) != 0) goto fail;
     if (o->out && mkdir(o->out, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "%s: cannot create --out %s: %s\n", PROG, o->out, strerror(errno));
         goto fail;
@@ -347,8 +374,11 @@ int main(int argc, char **argv) {
     TRY(dlt_cuda_device_count(&ngpu));
     if (o->device < 0) o->device = ngpu > 0 ? DLT_DEVICE_CUDA : DLT_DEVICE_CPU;
     if (o->device == DLT_DEVICE_CUDA) dlt_set_log_callback(on_log, NULL);
-    TRY(dlt_ctx_create(o->device, 0, DLT_ABI_VERSION, &r->ctx));
-    TRY(dlt_ctx_set_seed(r->ctx, (uint64_t)o->seed));
+    TRY(dlt_ctx_create(o->device, o->device == DLT_DEVICE_CUDA && ngpu > 0 ? local_rank % ngpu : 0,
+                       DLT_ABI_VERSION, &r->ctx));
+    if (r->world > 1) TRY(dlt_comm_create(r->ctx, &r->comm));
+    /* dropout's stream per rank (nanoGPT: seed + seed_offset); the initial weights are rank 0's */
+    TRY(dlt_ctx_set_seed(r->ctx, (uint64_t)o->seed + (uint64_t)r->rank));
     TRY(dlt_ctx_set_deterministic(r->ctx, o->deterministic));
     TRY(dlt_ctx_device_name(r->ctx, r->devname, sizeof r->devname));
 
@@ -382,7 +412,7 @@ int main(int argc, char **argv) {
     cfg.vocab_size = vocab;
     const int64_t pad = o->pad_vocab > 0 ? o->pad_vocab : vocab > 1024 ? 128 : 1;
     cfg.padded_vocab_size = (vocab + pad - 1) / pad * pad;
-    r->tokens_per_iter = o->batch * o->context * o->accum;
+    r->tokens_per_iter = o->batch * o->context * o->accum * r->world; /* the whole run's */
     int64_t spe = (dlt_token_dataset_size(r->train) + r->tokens_per_iter - 1) / r->tokens_per_iter;
     r->steps_per_epoch = spe > 0 ? spe : 1;
     printf("tokens per iteration will be: %lld\n", (long long)r->tokens_per_iter);
@@ -395,6 +425,8 @@ int main(int argc, char **argv) {
     TRY(dlt_gpt_create(r->ctx, &cfg, &r->s.model));
     TRY(dlt_gpt_get_config(r->s.model, &cfg));
     set_model_name(r, &cfg);
+    if (r->comm) TRY(dlt_ddp_create(r->comm, r->s.model, &r->ddp)); /* rank 0's weights everywhere */
+    r->s.ddp = r->ddp;
     r->s.ctx = r->ctx;
     r->s.amp = o->amp;
     r->s.accum = o->accum;
@@ -402,15 +434,17 @@ int main(int argc, char **argv) {
     int64_t n_decay = 0, n_nodecay = 0;
     TRY(gpt_step_init(&r->s, o->lr, o->beta1, o->beta2, o->weight_decay, &n_decay, &n_nodecay));
     TRY(dlt_grad_scaler_create(r->ctx, 65536.0, 2.0, 0.5, 2000, o->amp == DLT_F16, &r->s.scaler));
+    if (r->comm) TRY(dlt_grad_scaler_set_comm(r->s.scaler, r->comm)); /* every rank skips the same steps */
     TRY(dlt_lr_schedule_warmup_cosine(r->s.opt, o->warmup_iters, o->lr_decay_iters, o->min_lr));
     TRY(dlt_token_loader_create(r->train, o->batch, o->context, (uint64_t)o->seed, &r->s.loader));
-    if (o->eval_interval > 0) {
+    if (r->comm) TRY(dlt_token_loader_set_distributed(r->s.loader, r->world, r->rank)); /* this rank's rows */
+    if (o->eval_interval > 0 && lead) { /* rank 0 alone evaluates (nanoGPT's master_process) */
         const int64_t n1 = o->eval_iters;
         TRY(dlt_tensor_zeros(r->ctx, DLT_F32, &n1, 1, 0, &r->eval_losses));
         TRY(dlt_token_loader_create(r->train, o->batch, o->context, (uint64_t)o->seed + 1, &r->eval_train));
         if (r->val) TRY(dlt_token_loader_create(r->val, o->batch, o->context, (uint64_t)o->seed + 2, &r->eval_val));
     }
-    r->flops_per_iter = gpt_flops_per_token(r->s.model, o->context) * (double)r->tokens_per_iter;
+    r->flops_per_iter = gpt_flops_per_token(r->s.model, o->context) * (double)(r->tokens_per_iter / r->world);
     printf("number of parameters: %.2fM (%s: %d layers, %d heads, %lld wide, vocabulary %lld%s, context %lld, "
            "bias %s, dropout %g)\n",
            gpt_num_params(r->s.model, 1) / 1e6, r->model_name, cfg.n_layer, cfg.n_head, (long long)cfg.n_embd,
@@ -421,8 +455,16 @@ int main(int argc, char **argv) {
            (long long)n_decay, o->weight_decay, (long long)n_nodecay, o->lr, o->min_lr, (long long)o->warmup_iters,
            (long long)o->lr_decay_iters, o->beta1, o->beta2, o->grad_clip);
 
+    if (r->comm)
+        printf("data parallel: %d processes (%s) x batch %lld = global batch %lld\n", r->world,
+               dlt_comm_backend(r->comm), (long long)o->batch, (long long)o->batch * r->world);
     int64_t start = 0;
     if (o->resume) TRY(gpt_load_checkpoint(r, &start));
+    if (o->resume && r->rank > 0) { /* the file holds rank 0's generator: this rank's own stream */
+        uint64_t seed = 0, off = 0;
+        TRY(dlt_ctx_get_rng_state(r->ctx, &seed, &off));
+        TRY(dlt_ctx_set_rng_state(r->ctx, seed + (uint64_t)r->rank, off));
+    }
     r->start = start;
     const int use_graph = !o->eager;
     const char *mode = !use_graph ? "eager" : o->device == DLT_DEVICE_CUDA ? "graph" : "eager (no CUDA graphs on the CPU)";
@@ -447,8 +489,9 @@ int main(int argc, char **argv) {
     r->t_mark = now_s();
     for (int64_t it = start;; it++) {
         /* at iteration boundaries: evaluation (and the best checkpoint), then the periodic one */
-        const int eval_now = o->eval_interval > 0 && it % o->eval_interval == 0;
-        const int save_now = o->out && o->save_every > 0 && it > start && (it % o->save_every == 0 || it == o->iters);
+        const int eval_now = lead && o->eval_interval > 0 && it % o->eval_interval == 0;
+        const int save_now =
+            lead && o->out && o->save_every > 0 && it > start && (it % o->save_every == 0 || it == o->iters);
         if (eval_now || save_now) TRY(close_segment(r, it - 1));
         if (eval_now) {
             report_progress_clear(&r->rep);
@@ -507,9 +550,9 @@ int main(int argc, char **argv) {
     report_progress_clear(&r->rep);
     report_monitor_stop(&r->rep);
     if (r->graph && !dlt_graph_is_captured(r->graph) && o->device == DLT_DEVICE_CUDA) mode = "eager (capture failed)";
-    if (o->sample > 0 && gpt_sample(r) != 0) goto fail;
+    if (o->sample > 0 && lead && gpt_sample(r) != 0) goto fail;
     gpt_print_table(r, o->device == DLT_DEVICE_CUDA);
-    if (o->json) {
+    if (o->json && lead) {
         if (gpt_write_record(r, &cfg, mode) != 0) goto fail;
         printf("run record: %s\n", o->json);
     }
@@ -518,6 +561,7 @@ fail:
     report_monitor_stop(&r->rep);
     report_fini(&r->rep);
     dlt_graph_destroy(r->graph);
+    dlt_ddp_destroy(r->ddp);
     gpt_step_fini(&r->s);
     dlt_grad_scaler_destroy(r->s.scaler);
     dlt_module_destroy(r->s.model);
@@ -528,6 +572,7 @@ fail:
     dlt_token_dataset_destroy(r->train);
     dlt_token_dataset_destroy(r->val);
     dlt_char_tokenizer_destroy(r->tok);
+    dlt_comm_destroy(r->comm);
     dlt_ctx_destroy(r->ctx);
     free(r->chunks);
     return exit_code;

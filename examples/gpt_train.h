@@ -35,6 +35,7 @@ typedef struct options {
     double temperature, peak_tflops;
     const char *prompt, *json;
     int recipe;
+    int64_t gpus; /* data-parallel processes (dist) */
 } options;
 
 typedef struct chunk { /* one pass over the training tokens, as far as this run went */
@@ -64,6 +65,10 @@ typedef struct run {
     chunk *chunks;
     int n_chunks, cap_chunks;
     report_run rep;
+    /* data parallel (dist): this process's rank of world; rank 0 evaluates, saves, prints */
+    int32_t rank, world;
+    dlt_comm *comm;
+    dlt_ddp *ddp;
 } run;
 
 /* DIR/ckpt.safetensors after iters_done iterations (the library's training checkpoint plus

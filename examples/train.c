@@ -17,6 +17,13 @@
  *
  * Reading the loss synchronises with the GPU, as loss.item() does; --log-every 0 prints only
  * per epoch and lets the GPU run ahead.
+ *
+ * Data parallel (--gpus N, or started by dltrain-run, torchrun or mpirun): one process per
+ * GPU, as PyTorch's DDP recipe: each rank trains on its DistributedSampler shard with
+ * --batch images per step, DDP averages the gradients (BatchNorm stays per GPU, its buffers
+ * broadcast from rank 0 at each forward), the GradScaler's skip decision is agreed, rank 0
+ * alone prints, evaluates and saves. With --gpus N and no launcher around, the program
+ * starts its N ranks itself (launch.c) and waits for them.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,6 +37,7 @@
 #include <dltrain.h>
 
 #include "cli.h"
+#include "launch.h"
 #include "report.h"
 #include "train.h"
 
@@ -43,6 +51,7 @@ typedef struct options {
     uint64_t seed;
     int eval;
     const char *json; /* --json FILE: the run record */
+    int64_t gpus;     /* data-parallel processes (dist) */
 } options;
 
 /* Numeric flags are bounded here (issue 20 item 13): a value outside the bounds is a usage
@@ -66,6 +75,7 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
     o->amp = DLT_F16;
     o->device = -1;
     o->format = -1;
+    o->gpus = 1;
     int64_t seed = 0;
     const cli_option opts[] = {
         {"data", CLI_STRING, &o->data, .metavar = "DIR",
@@ -95,6 +105,9 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
         {"resume", CLI_STRING, &o->resume, .metavar = "FILE", .help = "continue from a checkpoint"},
         {"json", CLI_STRING, &o->json, .metavar = "FILE",
          .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
+        {"gpus", CLI_INT, &o->gpus, .lo = 1, .hi = 1024, .metavar = "N",
+         .help = "data-parallel processes, one per GPU, --batch each (1); started here\nunless a "
+                 "launcher (dltrain-run, torchrun, mpirun) started this one"},
         /* last: only the accumulation script has it */
         {"accum", CLI_INT, &o->accum, .lo = 1, .hi = 65536, .metavar = "N",
          .help = "micro-batches per optimizer step (4)"},
@@ -149,15 +162,32 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     dlt_optimizer *opt = NULL;
     dlt_grad_scaler *scaler = NULL;
     dlt_tensor **params = NULL;
+    dlt_comm *comm = NULL;
+    dlt_ddp *ddp = NULL;
     report_run run;
     report_init(&run);
     int exit_code = 1;
-    if (o.json && report_record_begin(&run, o.json, prog, argc, argv) != 0) goto fail;
+
+    /* data parallel: this process's rank, or start the ranks here */
+    int32_t rank = 0, world = 1, local_rank = 0;
+    if (dlt_dist_env(&rank, &world, &local_rank) != DLT_OK) {
+        fprintf(stderr, "%s: %s\n", prog, dlt_last_error());
+        return 1;
+    }
+    if (o.gpus > 1 && world == 1) return dlt_launch_self(prog, (int)o.gpus, argc, argv);
+    const int lead = rank == 0;
+    if (!lead && !freopen("/dev/null", "w", stdout)) { /* rank 0 speaks for the run; errors still show */
+        fprintf(stderr, "%s: rank %d: cannot silence stdout\n", prog, rank);
+        return 1;
+    }
+    if (o.json && lead && report_record_begin(&run, o.json, prog, argc, argv) != 0) goto fail;
 
     int32_t ngpu = 0;
     TRY(dlt_cuda_device_count(&ngpu));
     if (o.device < 0) o.device = ngpu > 0 ? DLT_DEVICE_CUDA : DLT_DEVICE_CPU;
-    TRY(dlt_ctx_create(o.device, 0, DLT_ABI_VERSION, &ctx));
+    const int32_t dev_index = (o.device == DLT_DEVICE_CUDA && ngpu > 0) ? local_rank % ngpu : 0;
+    TRY(dlt_ctx_create(o.device, dev_index, DLT_ABI_VERSION, &ctx));
+    if (world > 1) TRY(dlt_comm_create(ctx, &comm));
     TRY(dlt_ctx_set_seed(ctx, o.seed));
     if (o.format < 0) o.format = o.device == DLT_DEVICE_CUDA ? DLT_FORMAT_CHANNELS_LAST : DLT_FORMAT_CONTIGUOUS;
     char devname[256];
@@ -180,7 +210,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     const int32_t in_dtype = (o.device == DLT_DEVICE_CUDA && o.amp >= 0) ? o.amp : DLT_F32;
     TRY(dlt_loader_create(train_ds, o.batch, 1, 0, o.seed, &loader));
     TRY(dlt_loader_set_output(loader, in_dtype, o.format, DLT_I64));
-    if (test_ds) {
+    if (comm) TRY(dlt_loader_set_distributed(loader, world, rank, 0)); /* this rank's shard */
+    if (test_ds && lead) {
         TRY(dlt_loader_create(test_ds, o.batch, 0, 0, 0, &test_loader));
         TRY(dlt_loader_set_output(test_loader, in_dtype, o.format, DLT_I64));
     }
@@ -189,6 +220,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     double t_start = now_s();
     TRY(dlt_resnet50_create(ctx, o.classes, &model));
     if (o.format == DLT_FORMAT_CHANNELS_LAST) TRY(dlt_module_set_format(model, DLT_FORMAT_CHANNELS_LAST));
+    if (comm) TRY(dlt_ddp_create(comm, model, &ddp)); /* rank 0's weights everywhere */
     int32_t np = dlt_module_num_params(model);
     params = calloc((size_t)np, sizeof *params);
     if (!params) {
@@ -198,6 +230,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     TRY(dlt_module_params(model, params, np, NULL));
     TRY(dlt_sgd_create(params, np, o.lr, o.momentum, 0.0, 0.0, 0, 0, &opt));
     TRY(dlt_grad_scaler_create(ctx, 65536.0, 2.0, 0.5, 2000, o.amp == DLT_F16, &scaler));
+    if (comm) TRY(dlt_grad_scaler_set_comm(scaler, comm)); /* every rank skips the same steps */
     printf("parameters: %lld\n", (long long)dlt_module_param_count(model));
     printf("model: resnet50 (%lld classes), device: %s, batch %lld, amp %s, %s, data: %s\n",
            (long long)o.classes, devname, (long long)o.batch,
@@ -205,6 +238,9 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
            o.format == DLT_FORMAT_CHANNELS_LAST ? "channels-last" : "NCHW",
            real ? o.data : "synthetic");
     if (o.accum > 1) printf("gradient accumulation: %lld micro-batches per optimizer step\n", (long long)o.accum);
+    if (comm)
+        printf("data parallel: %d processes (%s) x batch %lld = global batch %lld\n", world, dlt_comm_backend(comm),
+               (long long)o.batch, (long long)o.batch * world);
 
     int64_t start_epoch = 0, global_step = 0;
     const int64_t nb = dlt_loader_num_batches(loader);
@@ -255,7 +291,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
             dlt_tensor *logits = NULL, *loss = NULL, *scaled = NULL;
             if (o.accum == 1) TRY(dlt_optimizer_zero_grad(opt, 1));
             if (o.amp >= 0) TRY(dlt_autocast_begin(ctx, o.amp));
-            TRY(dlt_module_forward(model, x, &logits));
+            TRY(ddp ? dlt_ddp_forward(ddp, x, &logits) : dlt_module_forward(model, x, &logits));
             TRY(dlt_cross_entropy(logits, y, -100, DLT_REDUCTION_MEAN, &loss));
             if (o.accum > 1) {
                 dlt_tensor *div = NULL;
@@ -266,6 +302,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
             if (o.amp >= 0) TRY(dlt_autocast_end(ctx));
             dlt_tensor_release(logits);
             TRY(dlt_grad_scaler_scale(scaler, loss, &scaled));
+            /* DDP's no_sync on the micro-batches that do not step */
+            if (ddp) TRY(dlt_ddp_no_sync(ddp, o.accum > 1 && (i + 1) % o.accum != 0));
             TRY(dlt_backward(scaled, NULL));
             dlt_tensor_release(scaled);
             if (o.accum == 1 || (i + 1) % o.accum == 0) {
@@ -319,7 +357,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         }
         /* the epoch that held the first step also reports its time without it */
         double steady = (t_steady > 0 && steps_steady > 0) ? now_s() - t_steady : -1;
-        report_epoch(&run, epoch, i, nb, images, dt, peak, acc, steady, steps_steady, images_steady, t0);
+        /* the run's throughput: every rank took as many images as this one */
+        report_epoch(&run, epoch, i, nb, images * world, dt, peak, acc, steady, steps_steady, images_steady * world, t0);
         /* what stays held between epochs: flat from the second epoch on in a healthy run */
         uint64_t live = 0, nlive = 0, reserved = 0;
         TRY(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &live));
@@ -328,14 +367,15 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         printf("memory after epoch %lld: %.1f MiB live in %llu allocations, %.1f MiB reserved\n",
                (long long)epoch, live / 1048576.0, (unsigned long long)nlive, reserved / 1048576.0);
         if (o.save) {
-            TRY(dlt_checkpoint_save(o.save, model, opt, scaler, epoch + 1, global_step));
+            TRY(comm ? dlt_comm_checkpoint_save(comm, o.save, model, opt, scaler, epoch + 1, global_step)
+                     : dlt_checkpoint_save(o.save, model, opt, scaler, epoch + 1, global_step));
             printf("saved %s\n", o.save);
         }
     }
     report_monitor_stop(&run);
     run.first_step_s = first_step_s;
     report_table(&run, "resnet50", devname, o.batch, o.amp, o.accum, o.device == DLT_DEVICE_CUDA);
-    if (o.json) {
+    if (o.json && lead) {
         report_workload w = {.model = "resnet50", .parameters = dlt_module_param_count(model),
                              .classes = o.classes, .amp = o.amp, .grad_scaler = o.amp == DLT_F16,
                              .batch = o.batch, .accum = o.accum,
@@ -352,6 +392,7 @@ fail:
     report_monitor_stop(&run);
     report_fini(&run);
     free(params);
+    dlt_ddp_destroy(ddp);
     dlt_grad_scaler_destroy(scaler);
     dlt_optimizer_destroy(opt);
     dlt_module_destroy(model);
@@ -359,6 +400,7 @@ fail:
     dlt_loader_destroy(test_loader);
     dlt_dataset_destroy(train_ds);
     dlt_dataset_destroy(test_ds);
+    dlt_comm_destroy(comm);
     dlt_ctx_destroy(ctx);
     return exit_code;
 }

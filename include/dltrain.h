@@ -13,6 +13,7 @@
  *   dltrain/io.h        safetensors checkpoints
  *   dltrain/graph.h     whole-step CUDA graphs
  *   dltrain/device.h    device info, micro-benchmarks, the NVML GPU monitor
+ *   dltrain/dist.h      several processes: communicators, DDP, distributed samplers
  * docs/api.md is the reference; docs/guide.md shows a training loop.
  */
 #ifndef DLTRAIN_H
@@ -30,5 +31,6 @@
 #include "dltrain/graph.h"
 #include "dltrain/device.h"
 #include "dltrain/gpt.h"
+#include "dltrain/dist.h"
 
 #endif

@@ -14,7 +14,8 @@ import re
 import sys
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-HEADERS = ["core", "tensor", "ops", "autograd", "nn", "optim", "amp", "data", "io", "graph", "device"]
+HEADERS = ["core", "tensor", "ops", "autograd", "nn", "optim", "amp", "data", "io", "graph", "device",
+           "dist"]
 
 
 def clean_comment(c):

@@ -95,9 +95,13 @@ typedef int32_t dlt_status;
 #define DLT_ERR_CUBLAS 401
 #define DLT_ERR_CUDNN 402
 #define DLT_ERR_CONTEXT_POISONED 403 /**< an earlier asynchronous fault broke this context */
+#define DLT_ERR_NCCL 404 /**< NCCL failed or could not be loaded (dist.h); the message has its words */
 /* 5xx: files and data. */
 #define DLT_ERR_IO 500     /**< open/read/write/rename failed */
 #define DLT_ERR_FORMAT 501 /**< a file or buffer is malformed or inconsistent */
+/* 6xx: distributed training (dist.h): the other processes of a communicator. */
+#define DLT_ERR_DIST 600         /**< a peer process failed, left, or called a different collective */
+#define DLT_ERR_DIST_TIMEOUT 601 /**< peers did not answer within the communicator's timeout */
 /* 9xx: a bug in libdltrain. Please report it with the message. */
 #define DLT_ERR_INTERNAL 900
 

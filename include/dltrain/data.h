@@ -212,7 +212,8 @@ DLT_API DLT_NODISCARD dlt_status dlt_loader_next(dlt_loader *ld, dlt_tensor **x,
 DLT_API int64_t dlt_loader_num_batches(const dlt_loader *ld);
 /** The batch size given at creation (0 for NULL). */
 DLT_API int64_t dlt_loader_batch_size(const dlt_loader *ld);
-/** Sample order of epoch `epoch` (dataset size entries) into out. For tests and tools. */
+/** Sample order of epoch `epoch` into out: dlt_loader_num_samples entries (the dataset's size,
+ *  or the rank's shard of a distributed loader: dist.h). For tests and tools. */
 DLT_API DLT_NODISCARD dlt_status dlt_loader_epoch_order(dlt_loader *ld, int64_t epoch, int64_t *out, int64_t n);
 
 /**

@@ -45,7 +45,15 @@ struct dlt_grad_scaler {
     dlt_tensor *found;   /* f32 [DLT_SCALER_MAX_OPT]: found_inf per record slot */
     scaler_rec recs[DLT_SCALER_MAX_OPT];
     int32_t nrec;
+    /* dist: reduces each new found_inf flag across processes (dlt_grad_scaler_set_comm) */
+    dlt__found_inf_hook found_hook;
+    void *found_hook_user;
 };
+
+void dlt__grad_scaler_set_found_inf_hook(dlt_grad_scaler *s, dlt__found_inf_hook fn, void *user) {
+    s->found_hook = fn;
+    s->found_hook_user = fn ? user : NULL;
+}
 
 static dlt_status check_options(double init_scale, double growth_factor, double backoff_factor,
                                 int32_t growth_interval, const char *func) {
@@ -184,6 +192,10 @@ static dlt_status unscale_rec(dlt_grad_scaler *s, dlt_optimizer *opt, scaler_rec
     if (k > 0)
         DLT_CHECK(fail_wrap(ctx->be->amp_unscale(ctx, grads, k, flag, dlt__data(s->scale)), func));
     for (int32_t i = 0; i < k; i++) grads[i]->version++;
+    /* dist: every process must take the same skip decision (an inf on one rank skips the
+     * step everywhere). A failed reduction fails the call; the communicator is broken then
+     * and training cannot go on anyway. */
+    if (s->found_hook) DLT_CHECK(fail_wrap(s->found_hook(s->found_hook_user, ctx, flag), func));
     r->stage = STAGE_UNSCALED;
     return DLT_OK;
 }

@@ -55,6 +55,20 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
     [DLT__ENV_NVML_LIBRARY] = {"DLT_NVML_LIBRARY", DLT__ENV_PATH, -1, 0, 0, 0,
         "path (`libnvidia-ml.so.1`)",
         "the NVML library the GPU monitor loads with dlopen (read when a monitor starts)"},
+    [DLT__ENV_NCCL_LIBRARY] = {"DLT_NCCL_LIBRARY", DLT__ENV_PATH, -1, 0, 0, 0,
+        "path (`libnccl.so.2`)",
+        "the NCCL library CUDA communicators load with dlopen, at the first NCCL call "
+        "(docs/distributed.md)"},
+    [DLT__ENV_DIST_TIMEOUT] = {"DLT_DIST_TIMEOUT", DLT__ENV_TEXT, -1, 0, 0, 0,
+        "seconds (1800)",
+        "how long a communicator waits for the other processes (rendezvous, every "
+        "collective, NCCL's watchdog) before failing with `DLT_ERR_DIST_TIMEOUT`; read "
+        "when a communicator is created without `timeout_ms`"},
+    [DLT__ENV_MASTER_PORT] = {"DLT_MASTER_PORT", DLT__ENV_TEXT, -1, 0, 0, 0,
+        "port",
+        "rank 0's rendezvous port, ahead of `MASTER_PORT` (use it when a launcher holds "
+        "`MASTER_PORT` itself); read when a communicator is created without "
+        "`master_port`"},
 };
 
 /* The default text of a PATH row, from its `values` column: what lies between the first
@@ -92,7 +106,7 @@ int64_t dlt__env_parse(dlt__env_id id, const char *text, int64_t dflt) {
 void dlt__env_read(dlt__env *out) {
     for (int32_t i = 0; i < DLT__ENV_N; i++) {
         const dlt__env_var *r = &dlt__env_table[i];
-        if (r->type == DLT__ENV_PATH) {
+        if (r->type == DLT__ENV_PATH || r->type == DLT__ENV_TEXT) {
             out->v[i] = 0;
             continue;
         }
@@ -111,3 +125,7 @@ const char *dlt__env_path(dlt__env_id id, char *buf, size_t n) {
     buf[len] = '\0';
     return buf;
 }
+
+const char *dlt__env_text(dlt__env_id id) { return getenv(dlt__env_table[id].name); }
+
+const char *dlt__env_launcher(const char *name) { return getenv(name); }

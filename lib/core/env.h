@@ -2,8 +2,9 @@
  * env.h - every environment variable the library reads, in one table (env.c: name, type,
  * default, meaning). A context reads the table once, when it is created, into dlt_ctx.env;
  * changing a variable later affects contexts created later. The GPU monitor, which has no
- * context, reads its one variable (DLT_NVML_LIBRARY) when it starts. Nothing else in lib/
- * or cuda/ calls getenv. docs/environment.md lists the same rows; the env_docs test checks
+ * context, reads its one variable (DLT_NVML_LIBRARY) when it starts; communicators read
+ * theirs and the launchers' variables when they are created. Nothing else in lib/ or cuda/
+ * calls getenv. docs/environment.md lists the same rows; the env_docs test checks
  * the two against each other and test_env checks how values are read.
  */
 #ifndef DLT_CORE_ENV_H
@@ -30,6 +31,10 @@ typedef enum dlt__env_id {
     DLT__ENV_GRAD_QUEUE_MAX,
     DLT__ENV_GRAPH_ARENA,
     DLT__ENV_NVML_LIBRARY,
+    /* dist: read when a communicator is created (lib/dist/comm.c, cuda/nccl.c) */
+    DLT__ENV_NCCL_LIBRARY,
+    DLT__ENV_DIST_TIMEOUT,
+    DLT__ENV_MASTER_PORT,
     DLT__ENV_N
 } dlt__env_id;
 
@@ -40,7 +45,8 @@ typedef enum dlt__env_type {
                         * anything else: the default */
     DLT__ENV_ON,       /* on unless the text is exactly "0" */
     DLT__ENV_OFF,      /* off unless the text is exactly "1" */
-    DLT__ENV_PATH      /* a path; unset or empty: the default text */
+    DLT__ENV_PATH,     /* a path; unset or empty: the default text */
+    DLT__ENV_TEXT      /* read as text when used (dlt__env_text), checked by its reader */
 } dlt__env_type;
 
 /* Implementation choices (DLT__ENV_IMPL values). */
@@ -73,6 +79,12 @@ int64_t dlt__env_parse(dlt__env_id id, const char *text, int64_t dflt);
 /* A PATH variable: its text, or the row's default when unset or empty; copied into buf
  * (truncated to n - 1 bytes). Returns buf. */
 const char *dlt__env_path(dlt__env_id id, char *buf, size_t n);
+/* A TEXT variable's text now, NULL when unset. */
+const char *dlt__env_text(dlt__env_id id);
+/* A variable another program sets for us (launchers: RANK, WORLD_SIZE, LOCAL_RANK,
+ * MASTER_ADDR, MASTER_PORT, Open MPI's OMPI_COMM_WORLD_*, TORCHELASTIC_USE_AGENT_STORE;
+ * docs/environment.md's launcher table), NULL when unset. Not for DLT_* names. */
+const char *dlt__env_launcher(const char *name);
 
 #ifdef __cplusplus
 }

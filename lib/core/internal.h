@@ -65,6 +65,25 @@ typedef struct dlt_device_props {
     int64_t cudnn_version, cublas_version;
 } dlt_device_props;
 
+/* dist: one NCCL collective (cuda/nccl.c). count is in elements: the whole tensor for
+ * all-reduce and broadcast, one rank's part for all-gather (send) and reduce-scatter
+ * (recv). dtype is a DLT_* dtype, op a DLT_REDUCE_* (dist.h). */
+#define DLT_COLL_ALL_REDUCE 0
+#define DLT_COLL_BROADCAST 1
+#define DLT_COLL_ALL_GATHER 2
+#define DLT_COLL_REDUCE_SCATTER 3
+typedef struct dlt_nccl_launch {
+    int32_t coll;
+    int32_t dtype;
+    int32_t op;
+    int32_t root;
+    const void *send;
+    void *recv;
+    size_t count;
+    int32_t side; /* 1: on the communicator's side stream (DDP's overlap), 0: the context's */
+    int32_t pad_;
+} dlt_nccl_launch;
+
 struct dlt_backend {
     const char *name;
     /* lifetime */
@@ -314,6 +333,28 @@ struct dlt_backend {
     dlt_status (*data_cursor_advance)(dlt_ctx *ctx, dlt_data_cursor *cursor);
     /* one batch of token windows (see dlt_token_launch); x, y written, nothing else */
     dlt_status (*data_tokens)(dlt_ctx *ctx, const dlt_token_launch *L);
+    /* dist (lib/dist, cuda/nccl.c): NCCL between GPUs, loaded with dlopen. NULL on the CPU,
+     * whose tensors go through lib/dist's TCP transport. comm is the backend's handle. */
+    /* NCCL's 128-byte unique id into id (ctx may be NULL); *version (may be NULL) receives
+     * the loaded library's NCCL_VERSION_CODE */
+    dlt_status (*nccl_unique_id)(dlt_ctx *ctx, void *id, size_t n, int32_t *version);
+    /* a communicator of world ranks on ctx's device, its side stream and its watchdog
+     * (which aborts it when an enqueued collective outlives timeout_ms) */
+    dlt_status (*nccl_init)(dlt_ctx *ctx, const void *id, int32_t rank, int32_t world,
+                            int64_t timeout_ms, void **comm);
+    /* abort = 1: ncclCommAbort (a peer failed: do not wait for it), else ncclCommDestroy */
+    void (*nccl_free)(dlt_ctx *ctx, void *comm, int32_t abort);
+    dlt_status (*nccl_run)(dlt_ctx *ctx, void *comm, const dlt_nccl_launch *L);
+    /* fork: the side stream waits for the context stream's work so far; join: the context
+     * stream waits for the side stream's. Both are capturable. */
+    dlt_status (*nccl_fork)(dlt_ctx *ctx, void *comm);
+    dlt_status (*nccl_join)(dlt_ctx *ctx, void *comm);
+    /* DLT_OK, or the asynchronous failure (ncclCommGetAsyncError, the watchdog's timeout)
+     * after which the communicator was aborted */
+    dlt_status (*nccl_check)(dlt_ctx *ctx, void *comm);
+    /* waits until the context stream's work so far is done, polling for failures and the
+     * timeout instead of blocking in the driver (a dead peer cannot hang the caller) */
+    dlt_status (*nccl_wait)(dlt_ctx *ctx, void *comm);
 };
 
 const dlt_backend *dlt__cpu_backend(void);
@@ -332,6 +373,12 @@ static inline void dlt__range_pop(dlt_ctx *ctx) {
 
 /* Reports a backend entry this device lacks as NOT_SUPPORTED (see DLT_NEED_KERNEL). */
 dlt_status dlt__be_missing(const dlt_ctx *ctx, const char *func, const char *what);
+
+/* dist: the GradScaler calls fn(user, ctx, flag) after every unscale that wrote a found_inf
+ * flag (device f32, one element), before any step reads it: a communicator reduces it (max)
+ * across processes there. fn NULL removes the hook. */
+typedef dlt_status (*dlt__found_inf_hook)(void *user, dlt_ctx *ctx, float *flag);
+void dlt__grad_scaler_set_found_inf_hook(dlt_grad_scaler *s, dlt__found_inf_hook fn, void *user);
 
 /* ---------------------------------------------------------------------------------------
  * Internal ops for modules (lib/ops)

@@ -44,6 +44,9 @@ const char *dlt_status_string(dlt_status code) {
     case DLT_ERR_CUBLAS: return "cuBLAS error";
     case DLT_ERR_CUDNN: return "cuDNN error";
     case DLT_ERR_CONTEXT_POISONED: return "context poisoned by an earlier device fault";
+    case DLT_ERR_NCCL: return "NCCL error";
+    case DLT_ERR_DIST: return "a peer process failed or disagreed";
+    case DLT_ERR_DIST_TIMEOUT: return "timed out waiting for peer processes";
     case DLT_ERR_IO: return "I/O error";
     case DLT_ERR_FORMAT: return "malformed data";
     case DLT_ERR_INTERNAL: return "internal error";

@@ -274,6 +274,84 @@ static int pend_push(dlt_ctx *ctx, dlt_tensor *dst, dlt_tensor *g, int32_t beta)
     return 1;
 }
 
+/* ---- hooks (dist): leaf gradients that are final ----
+ * Before the walk, a pre-scan from the root's node marks the nodes reachable from it
+ * (recording order is topological, so one reverse pass suffices) and counts, per leaf, the
+ * edges of reachable nodes that lead to it. The walk visits those nodes in the same order
+ * and counts down after each, run or skipped: at zero nothing left in this backward can add
+ * to the leaf's gradient, and the hooks hear of it (DDP then launches a full bucket while
+ * the rest of the backward runs). Nothing is counted when no hook is set. */
+
+dlt_status dlt__tape_hook_add(dlt_ctx *ctx, const dlt_tape_hook *h, const char *func) {
+    dlt_tape *tp = &ctx->tape;
+    if (tp->in_backward)
+        return dlt__err(DLT_ERR_INVALID_STATE, func, "cannot add a tape hook during backward");
+    if (tp->n_hooks >= DLT_TAPE_MAX_HOOKS)
+        return dlt__err(DLT_ERR_INVALID_STATE, func,
+                        "the context already has %d tape hooks (DDP objects); destroy one first",
+                        DLT_TAPE_MAX_HOOKS);
+    tp->hooks[tp->n_hooks++] = *h;
+    return DLT_OK;
+}
+
+void dlt__tape_hook_remove(dlt_ctx *ctx, void *user) {
+    dlt_tape *tp = &ctx->tape;
+    for (int32_t i = 0; i < tp->n_hooks; i++)
+        if (tp->hooks[i].user == user) {
+            memmove(&tp->hooks[i], &tp->hooks[i + 1], (size_t)(tp->n_hooks - i - 1) * sizeof tp->hooks[0]);
+            tp->n_hooks--;
+            return;
+        }
+}
+
+static void hook_prescan(dlt_ctx *ctx, dlt_node *start) {
+    dlt_tape *tp = &ctx->tape;
+    const uint64_t gen = ++tp->hook_gen;
+    start->hook_gen = gen;
+    for (int64_t i = start->slot; i >= 0; i--) {
+        dlt_node *nd = tp->slots[i];
+        if (!nd || nd->consumed || nd->hook_gen != gen) continue;
+        for (int32_t k = 0; k < nd->n_in; k++) {
+            dlt_edge *e = &nd->next[k];
+            if (e->leaf) {
+                if (e->leaf->hook_gen != gen) {
+                    e->leaf->hook_gen = gen;
+                    e->leaf->hook_uses = 0;
+                }
+                e->leaf->hook_uses++;
+            } else if (e->node && !e->node->consumed) {
+                e->node->hook_gen = gen;
+            }
+        }
+    }
+}
+
+/* After node nd was visited by the walk: the leaves it was the last user of are final. */
+static dlt_status hook_visited(dlt_ctx *ctx, dlt_node *nd) {
+    dlt_tape *tp = &ctx->tape;
+    if (nd->hook_gen != tp->hook_gen) return DLT_OK;
+    for (int32_t k = 0; k < nd->n_in; k++) {
+        dlt_tensor *leaf = nd->next[k].leaf;
+        if (!leaf || leaf->hook_gen != tp->hook_gen || --leaf->hook_uses != 0) continue;
+        for (int32_t h = 0; h < tp->n_hooks; h++)
+            if (tp->hooks[h].leaf_ready) DLT_CHECK(tp->hooks[h].leaf_ready(tp->hooks[h].user, leaf));
+    }
+    return DLT_OK;
+}
+
+/* Runs the end hooks of hooks 0..n-1 with the backward's status; returns the status, or
+ * the first hook failure when it was DLT_OK. Every hook runs (each cleans up its own). */
+static dlt_status hooks_end(dlt_ctx *ctx, int32_t n, dlt_status st) {
+    for (int32_t h = 0; h < n; h++)
+        if (ctx->tape.hooks[h].end) {
+            dlt_status hst = ctx->tape.hooks[h].end(ctx->tape.hooks[h].user, st);
+            if (st == DLT_OK) st = hst;
+        }
+    return st;
+}
+
+dlt_status dlt__tape_flush(dlt_ctx *ctx) { return pend_flush(ctx); }
+
 /* ---- gradient plumbing ---- */
 
 dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g) {
@@ -464,19 +542,37 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
     if (start->slot < 0)
         return dlt__err(DLT_ERR_INVALID_STATE, F, "the recording belongs to a destroyed tape");
 
+    /* hooks (dist) first: a refusing hook leaves the graph as it was */
+    const int32_t hooked = ctx->tape.n_hooks > 0;
+    if (hooked) {
+        hook_prescan(ctx, start);
+        for (int32_t h = 0; h < ctx->tape.n_hooks; h++)
+            if (ctx->tape.hooks[h].begin) {
+                dlt_status hst = ctx->tape.hooks[h].begin(ctx->tape.hooks[h].user);
+                if (hst != DLT_OK) {
+                    hooks_end(ctx, h, hst);
+                    return dlt__err_wrap(hst, F);
+                }
+            }
+    }
+
     /* seed */
-    dlt_tensor *seed;
-    DLT_CHECK(dlt__tensor_new_like(root, root->dtype, F, &seed));
-    dlt_status st = grad ? (grad->dtype == root->dtype && grad->format == root->format
-                                ? be_copy(ctx, seed, grad)
-                                : be_convert(ctx, seed, grad))
-                         : be_fill(ctx, seed, 1.0);
+    dlt_tensor *seed = NULL;
+    dlt_status st = dlt__tensor_new_like(root, root->dtype, F, &seed);
+    if (st == DLT_OK)
+        st = grad ? (grad->dtype == root->dtype && grad->format == root->format
+                         ? be_copy(ctx, seed, grad)
+                         : be_convert(ctx, seed, grad))
+                  : be_fill(ctx, seed, 1.0);
+    if (st == DLT_OK) {
+        st = accumulate_into(ctx, &start->grad_accum[root->grad_fn_output], seed);
+        seed = NULL; /* accumulate_into took it */
+    }
     if (st != DLT_OK) {
         dlt_tensor_release(seed);
+        if (hooked) hooks_end(ctx, ctx->tape.n_hooks, st);
         return dlt__err_wrap(st, F);
     }
-    st = accumulate_into(ctx, &start->grad_accum[root->grad_fn_output], seed);
-    if (st != DLT_OK) return dlt__err_wrap(st, F);
 
     dlt__range_push(ctx, "backward");
     ctx->tape.in_backward = 1;
@@ -487,20 +583,27 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
         if (!nd || nd->consumed) continue;
         int has = 0;
         for (int32_t k = 0; k < nd->n_out; k++) has |= nd->grad_accum[k] != NULL;
-        if (!has) continue;
+        if (!has) {
+            if (hooked) st = hook_visited(ctx, nd);
+            continue;
+        }
         nd->refcount++;
         dlt__range_push(ctx, nd->name);
         st = run_node(ctx, nd);
         dlt__range_pop(ctx);
         node_drop_saved(nd);
         nd->consumed = 1;
+        if (hooked && st == DLT_OK) st = hook_visited(ctx, nd);
         dlt__node_release(nd);
     }
     root->graph_consumed = 1;
     dlt__node_release(start);
-    ctx->tape.in_backward = 0;
     dlt_status fst = pend_flush(ctx);
     if (st == DLT_OK) st = fst;
+    /* the end hooks may flush again (DDP launches what is left): still "in backward" for
+     * the queue, which is empty now */
+    if (hooked) st = hooks_end(ctx, ctx->tape.n_hooks, st);
+    ctx->tape.in_backward = 0;
     dlt__range_pop(ctx);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
 }

@@ -17,6 +17,21 @@ extern "C" {
 
 typedef struct dlt_node dlt_node;
 
+/* dist: hooks a context's tape calls during every backward (lib/core/tape.c), so DDP
+ * (lib/dist/ddp.c) can reduce a gradient bucket as soon as its gradients are final. begin
+ * runs before the walk, leaf_ready once for each leaf (requires_grad tensor) reachable
+ * from the root, right after the last node that feeds it ran (its gradient is final,
+ * although a deferred fp16/bf16 accumulation may still be queued: dlt__tape_flush), end
+ * after the walk with the walk's status (also when it failed). A failing hook stops the
+ * backward with its status. */
+#define DLT_TAPE_MAX_HOOKS 4
+typedef struct dlt_tape_hook {
+    void *user;
+    dlt_status (*begin)(void *user);
+    dlt_status (*leaf_ready)(void *user, dlt_tensor *leaf);
+    dlt_status (*end)(void *user, dlt_status st);
+} dlt_tape_hook;
+
 /* The context's tape (struct dlt_ctx holds one). */
 typedef struct dlt_tape {
     dlt_node **slots; /* weak pointers in recording order; NULL once a node dies */
@@ -29,6 +44,10 @@ typedef struct dlt_tape {
     int32_t n_pend, cap_pend;
     int64_t pend_bytes; /* queued gradient bytes (flushed at DLT_GRAD_QUEUE_MAX) */
     int32_t in_backward;
+    /* dist: the hooks above, and the generation that marks one backward's pre-scan */
+    dlt_tape_hook hooks[DLT_TAPE_MAX_HOOKS];
+    int32_t n_hooks;
+    uint64_t hook_gen;
 } dlt_tape;
 
 /* ---------------------------------------------------------------------------------------
@@ -84,6 +103,7 @@ struct dlt_node {
     int64_t slot;   /* position in ctx->tape.slots */
     uint64_t seq;
     int32_t consumed;
+    uint64_t hook_gen; /* dist: reachable from the running backward's root (tape hooks) */
 };
 
 /* Whether an op with these inputs must be recorded (grad mode on and some input needs
@@ -102,6 +122,13 @@ void dlt__node_release(dlt_node *node);
 void dlt__tape_fini(dlt_ctx *ctx);
 /* Writes a computed gradient into a slot's destination (dst with beta) and releases it. */
 dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g);
+
+/* dist (lib/dist): adds a hook to ctx's tape (DLT_ERR_INVALID_STATE when DLT_TAPE_MAX_HOOKS
+ * are set or a backward is running); removes the hook with this user pointer (no-op when
+ * absent); applies the queued deferred leaf accumulations now. */
+dlt_status dlt__tape_hook_add(dlt_ctx *ctx, const dlt_tape_hook *h, const char *func);
+void dlt__tape_hook_remove(dlt_ctx *ctx, void *user);
+dlt_status dlt__tape_flush(dlt_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,11 @@ struct dlt_tensor {
     uint64_t version;
     dlt_tensor *lp_copy[2];      /* [0] f16, [1] bf16 */
     uint64_t lp_version[2];
+
+    /* dist: uses of this leaf left in the running backward (tape hooks), valid when
+     * hook_gen is the tape's current generation */
+    uint64_t hook_gen;
+    int32_t hook_uses;
 };
 
 static inline void *dlt__data(const dlt_tensor *t) {

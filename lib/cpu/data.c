@@ -18,8 +18,10 @@
 
 /* Dataset index of batch row `row` at the cursor; *raw = the unwrapped epoch position. */
 static int64_t sample_of(const dlt_data_launch *L, dlt_data_cursor cur, int64_t row, int64_t *raw) {
-    *raw = cur.batch * L->batch_size + row; /* keys the augmentation */
-    int64_t pos = *raw % L->count;          /* wraps past the end (replays) */
+    const int64_t p = cur.batch * L->batch_size + row;
+    /* keys the augmentation: the position in the whole epoch (a shard's: internal.h) */
+    *raw = L->aug_stride ? p * L->aug_stride + L->aug_offset : p;
+    int64_t pos = p % L->count; /* wraps past the end (replays) */
     return L->perm ? L->perm[pos] : pos;
 }
 
@@ -103,7 +105,7 @@ dlt_status dlt__cpu_data_tokens(dlt_ctx *ctx, const dlt_token_launch *L) {
     const int wide = L->x->dtype == DLT_I64;
     void *xd = dlt__data(L->x), *yd = dlt__data(L->y);
     DLT_PARALLEL_FOR(b, L->batch_size, dlt__par_grain(T)) {
-        int64_t o = dlt__token_offset(L->seed, cur.batch, b, range);
+        int64_t o = dlt__token_offset(L->seed, cur.batch, b + L->row_offset, range);
         const uint16_t *src = L->tokens + o;
         for (int64_t t = 0; t < T; t++) {
             int64_t i = b * T + t;

@@ -69,7 +69,17 @@ struct dlt_loader {
     int64_t batch;   /* next batch of the epoch */
     int32_t started; /* an epoch has been set up */
     int32_t ended;   /* the end of the epoch was reported (has_batch = 0) */
+
+    /* dist (lib/dist/sampler.c): DistributedSampler. With num_replicas > 1, perm holds the
+     * rank's shard of each epoch (num_samples entries) and the augmentation is keyed by the
+     * position in the whole padded epoch. */
+    int32_t num_replicas, rank, dist_drop_last;
+    int64_t num_samples; /* samples per epoch: the shard's, else the dataset's count */
 };
+
+/* dist: replaces the views of the final partial batch for a new row count (the sampler's
+ * shard changes it); nothing changes on failure. */
+dlt_status dlt__loader_partial_views(dlt_loader *ld, int64_t last_rows, const char *func);
 
 /* Dataset objects (lib/data/loader.c). dlt__dataset_new allocates the records/labels
  * tensors (labels only when num_classes > 0) and default names ("class<i>"); the readers
@@ -149,6 +159,7 @@ struct dlt_token_loader {
     dlt_tensor *cursor;   /* i64 [2] holding a dlt_data_cursor (batch = next draw) */
     dlt_tensor *x, *y;    /* [B, T] */
     int64_t step;         /* host copy of the draw counter (eager calls only) */
+    int64_t row_offset;   /* dist: rank * batch_size for a rank's share (dist.h) */
 };
 
 /* A token dataset from host tokens: each checked against vocab_size (the message names

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "data_internal.h"
+#include "../dist/dist_internal.h" /* dist: a distributed loader's shard (sampler.c) */
 
 /* ---------------------------------------------------------------------------------------
  * Datasets
@@ -313,6 +314,29 @@ static dlt_status need_data_entries(dlt_ctx *ctx, const char *func) {
     return DLT_OK;
 }
 
+dlt_status dlt__loader_partial_views(dlt_loader *ld, int64_t last_rows, const char *func) {
+    dlt_tensor *xl = NULL, *yl = NULL;
+    if (last_rows != ld->batch_size) {
+        int64_t xs[DLT_MAX_DIMS];
+        memcpy(xs, ld->x->shape, sizeof xs);
+        xs[0] = last_rows;
+        DLT_CHECK(dlt__tensor_view(ld->x, xs, ld->x->ndim, ld->x->format, func, &xl));
+        if (ld->y) {
+            dlt_status st = dlt__tensor_view(ld->y, xs, 1, DLT_FORMAT_CONTIGUOUS, func, &yl);
+            if (st != DLT_OK) {
+                dlt_tensor_release(xl);
+                return st;
+            }
+        }
+    }
+    dlt_tensor_release(ld->x_last);
+    dlt_tensor_release(ld->y_last);
+    ld->x_last = xl;
+    ld->y_last = yl;
+    ld->last_rows = last_rows;
+    return DLT_OK;
+}
+
 dlt_status dlt_loader_create(dlt_dataset *ds, int64_t batch_size, int32_t shuffle,
                              int32_t drop_last, uint64_t seed, dlt_loader **out) {
     static const char *F = "dlt_loader_create";
@@ -339,6 +363,8 @@ dlt_status dlt_loader_create(dlt_dataset *ds, int64_t batch_size, int32_t shuffl
     ld->shuffle = shuffle;
     ld->drop_last = drop_last;
     ld->seed = seed;
+    ld->num_replicas = 1;
+    ld->num_samples = ds->count;
     int64_t rem = ds->count % batch_size;
     ld->num_batches = ds->count / batch_size + (!drop_last && rem ? 1 : 0);
     ld->last_rows = (!drop_last && rem) ? rem : batch_size;
@@ -483,8 +509,15 @@ dlt_status dlt_loader_start_epoch(dlt_loader *ld, int64_t epoch) {
                         "an epoch cannot start inside a captured step (its shuffle would run on "
                         "every replay): start epochs eagerly between replays");
     dlt_status st = DLT_OK;
-    if (ld->shuffle)
+    if (ld->num_replicas > 1) { /* dist: this rank's shard, made on the host */
+        int32_t *shard = NULL;
+        st = dlt__shard_order(ld, epoch, &shard, F);
+        if (st == DLT_OK)
+            st = ctx->be->memcpy_h2d(ctx, dlt__data(ld->perm), shard, (size_t)ld->num_samples * sizeof *shard);
+        free(shard);
+    } else if (ld->shuffle) {
         st = ctx->be->data_order(ctx, (int32_t *)dlt__data(ld->perm), ld->ds->count, ld->seed, epoch);
+    }
     if (st == DLT_OK)
         st = ctx->be->data_cursor_set(ctx, (dlt_data_cursor *)dlt__data(ld->cursor), 0, epoch);
     if (st != DLT_OK) {
@@ -523,8 +556,12 @@ dlt_status dlt_loader_next(dlt_loader *ld, dlt_tensor **x, dlt_tensor **y, int32
     const dlt_dataset *ds = ld->ds;
     L.images = (const uint8_t *)dlt__data(ds->images);
     L.labels = ds->labels ? (const int32_t *)dlt__data(ds->labels) : NULL;
-    L.count = ds->count;
+    L.count = ld->num_samples;
     L.perm = ld->perm ? (const int32_t *)dlt__data(ld->perm) : NULL;
+    if (ld->num_replicas > 1) { /* dist: augmentation keyed by the position in the epoch */
+        L.aug_stride = ld->num_replicas;
+        L.aug_offset = ld->rank;
+    }
     L.cursor = (const dlt_data_cursor *)dlt__data(ld->cursor);
     L.batch_size = ld->batch_size;
     L.n = last ? ld->last_rows : ld->batch_size;
@@ -567,12 +604,20 @@ dlt_status dlt_loader_epoch_order(dlt_loader *ld, int64_t epoch, int64_t *out, i
     DLT_NULL_CHECK(ld, F);
     DLT_NULL_CHECK(out, F);
     int64_t count = ld->ds->count;
-    if (n < count)
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "out holds %lld entries; the dataset has %lld",
-                        (long long)n, (long long)count);
+    if (n < ld->num_samples)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "out holds %lld entries; the %s has %lld",
+                        (long long)n, ld->num_replicas > 1 ? "rank's shard" : "dataset",
+                        (long long)ld->num_samples);
     if (epoch < 0 || epoch > INT32_MAX)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "epoch %lld is outside 0..%d", (long long)epoch,
                         INT32_MAX);
+    if (ld->num_replicas > 1) { /* dist: the shard */
+        int32_t *shard = NULL;
+        DLT_CHECK(dlt__shard_order(ld, epoch, &shard, F));
+        for (int64_t i = 0; i < ld->num_samples; i++) out[i] = shard[i];
+        free(shard);
+        return DLT_OK;
+    }
     if (!ld->shuffle) {
         for (int64_t i = 0; i < count; i++) out[i] = i;
         return DLT_OK;

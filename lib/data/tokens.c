@@ -380,6 +380,7 @@ dlt_status dlt_token_loader_next(dlt_token_loader *ld, dlt_tensor **x, dlt_tenso
     L.count = ld->ds->count;
     L.cursor = (const dlt_data_cursor *)dlt__data(ld->cursor);
     L.seed = ld->seed;
+    L.row_offset = ld->row_offset;
     L.batch_size = ld->batch_size;
     L.block_size = ld->block_size;
     L.x = ld->x;
@@ -438,6 +439,7 @@ dlt_status dlt_token_loader_offsets(const dlt_token_loader *ld, int64_t step, in
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "step %lld is outside 0..%u", (long long)step,
                         MAX_STEP);
     uint64_t range = (uint64_t)(ld->ds->count - ld->block_size);
-    for (int64_t b = 0; b < ld->batch_size; b++) out[b] = dlt__token_offset(ld->seed, step, b, range);
+    for (int64_t b = 0; b < ld->batch_size; b++)
+        out[b] = dlt__token_offset(ld->seed, step, b + ld->row_offset, range);
     return DLT_OK;
 }

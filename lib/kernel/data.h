@@ -81,6 +81,10 @@ typedef struct dlt_data_launch {
     int64_t sample_numel;           /* elements of one record */
     size_t record_bytes;            /* sample_numel * element size */
     int64_t C, H, W;                /* 3-D samples (images, channels-last output); else 1 */
+    /* dist (a loader's shard of the epoch, lib/dist/sampler.c): the augmentation draw of
+     * position p is keyed by p * aug_stride + aug_offset, the sample's position in the
+     * whole padded epoch, so a run over N ranks augments as one rank does; 0, 0: by p */
+    int64_t aug_stride, aug_offset;
 } dlt_data_launch;
 
 /* Token batches (lib/data/tokens.c): row b of draw s = cursor->batch starts at offset
@@ -93,6 +97,9 @@ typedef struct dlt_token_launch {
     uint64_t seed;
     int64_t batch_size, block_size; /* B, T */
     dlt_tensor *x, *y;              /* [B, T] int32 or int64, same dtype */
+    /* dist: row b draws as row b + row_offset (rank * B for a shard: N ranks of B rows draw
+     * what one loader of N*B rows draws) */
+    int64_t row_offset;
 } dlt_token_launch;
 
 /* High 64 bits of a * b, in 32-bit pieces (portable C11 and CUDA alike). */

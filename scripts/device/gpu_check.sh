@@ -4,8 +4,11 @@
 # ResNet50 example, and the PyTorch-side scripts; logs under $OUT, a short table at the end.
 #
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
-#   env:   STAGES="build test memcheck example fixtures interop" (default: those; also
+#   env:   STAGES="build test memcheck nccl example fixtures interop" (default: those; also
 #          sanitize longrun detcost startup bnimpl memcap bench profile autotune parity)
+#          nccl (dist, issue 21): tests/cuda_dist on one GPU (a one-rank NCCL communicator,
+#          DDP's side stream, NCCL all-reduce and found-inf reduction inside a captured step),
+#          then again under compute-sanitizer memcheck; several GPUs: scripts/device/ddp_check.sh
 #          MEMCAP="-/- 8388608/4194304 -/-/0" (DLT_GRAD_QUEUE_MAX/DLT_WORKSPACE_MAX[/DLT_GRAPH_ARENA],
 #          - = unset)
 #          MEMCAP_AMP=fp16,bf16  AUTOTUNE_AMP=fp16
@@ -31,7 +34,7 @@ FINAL_OUT=${OUT:-/tmp/out}
 OUT=/tmp/gpulogs
 rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
 . scripts/device/env.sh
-STAGES=${STAGES:-"build test memcheck example fixtures interop"}
+STAGES=${STAGES:-"build test memcheck nccl example fixtures interop"}
 # gptex: "gpt" names every GPT stage
 case " $STAGES " in *" gpt "*) STAGES="$STAGES gpt_tests gpt_bench gpt_recipe gpt_fp16 gpt_hf";; esac
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
@@ -118,6 +121,21 @@ if has memcheck; then
   wait
   sanitize_notes memcheck
   note "memcheck time: $(( $(date +%s) - t )) s"
+fi
+
+if has nccl; then
+  # libnccl.so.2 by name; the toolkit's copy when the loader's path lacks it
+  if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+    for f in /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda/lib/libnccl.so.2; do
+      [ -f "$f" ] && { export DLT_NCCL_LIBRARY=$f; break; }
+    done
+  fi
+  t=$(date +%s)
+  timeout 300 build-gpu/tests/cuda_dist >"$OUT/nccl.txt" 2>&1
+  note "cuda_dist rc=$?: $(grep -cE '^ok' "$OUT/nccl.txt") ok, $(grep -cE '^not ok' "$OUT/nccl.txt") failed, $(grep -E '^# captured' "$OUT/nccl.txt")"
+  timeout 600 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
+    build-gpu/tests/cuda_dist >"$OUT/nccl-memcheck.txt" 2>&1
+  note "cuda_dist under memcheck rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/nccl-memcheck.txt" | tail -1 | sed 's/=* *//'), $(grep -cE '^not ok' "$OUT/nccl-memcheck.txt") failed ($(( $(date +%s) - t )) s)"
 fi
 
 if has sanitize; then

@@ -27,7 +27,7 @@ errors, dtypes. docs/python.md describes the binding and the ABI rules.
 from . import errors
 from ._lib import ABI_VERSION, lib as _lib_handle
 from .errors import (DltError, InvalidArgument, NotSupported, NoDevice, OutOfMemory,
-                     DeviceError, IOFormatError, InternalError)
+                     DeviceError, IOFormatError, DistError, InternalError)
 from .dtypes import (DType, float32, float16, half, bfloat16, int32, int64, uint8, f32, f16, bf16,
                      i32, i64, u8, CONTIGUOUS, CHANNELS_LAST, contiguous_format, channels_last,
                      preserve_format, MemoryFormat, dtype)

@@ -10,6 +10,7 @@ Every exception carries the library's code and message:
       OutOfMemory            3xx  (also a MemoryError)  host or device memory
       DeviceError            4xx  CUDA/cuBLAS/cuDNN failure, poisoned context
       IOFormatError          5xx  a file could not be read/written, or is malformed
+      DistError              6xx  another process of a communicator failed, left or timed out
       InternalError          9xx  a bug in libdltrain (please report the message)
 
 Raised by the binding itself, before any C call:
@@ -34,8 +35,11 @@ ERR_CUDA = 400
 ERR_CUBLAS = 401
 ERR_CUDNN = 402
 ERR_CONTEXT_POISONED = 403
+ERR_NCCL = 404
 ERR_IO = 500
 ERR_FORMAT = 501
+ERR_DIST = 600
+ERR_DIST_TIMEOUT = 601
 ERR_INTERNAL = 900
 
 
@@ -81,12 +85,17 @@ class IOFormatError(DltError):
     """5xx: open/read/write failed (500) or a file is malformed (501)."""
 
 
+class DistError(DltError):
+    """6xx: a peer process of a communicator failed or disagreed (600), or did not answer
+    within the timeout (601)."""
+
+
 class InternalError(DltError):
     """9xx: a bug in libdltrain."""
 
 
 _BY_KIND = {1: InvalidArgument, 2: NotSupported, 3: OutOfMemory, 4: DeviceError,
-            5: IOFormatError, 9: InternalError}
+            5: IOFormatError, 6: DistError, 9: InternalError}
 _BY_CODE = {ERR_NO_DEVICE: NoDevice}
 
 

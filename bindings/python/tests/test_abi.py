@@ -29,6 +29,8 @@ _HANDLES = ("dlt_ctx", "dlt_tensor", "dlt_module", "dlt_optimizer", "dlt_grad_sc
 # io.h (harden): the safetensors file handle and load report; an option struct is passed
 # by pointer, as c_void_p like a handle
 _HANDLES += ("dlt_safetensors", "dlt_load_report", "dlt_module_load_options")
+# dist.h (issue 21)
+_HANDLES += ("dlt_comm", "dlt_ddp")
 
 
 def _headers():
@@ -185,7 +187,8 @@ def test_constants_match_the_headers():
         if name.startswith("DLT_ERR_"):
             cls = errors.error_class(value)
             want = {1: errors.InvalidArgument, 2: errors.NotSupported, 3: errors.OutOfMemory,
-                    4: errors.DeviceError, 5: errors.IOFormatError, 9: errors.InternalError}
+                    4: errors.DeviceError, 5: errors.IOFormatError, 6: errors.DistError,
+                    9: errors.InternalError}
             assert issubclass(cls, want[value // 100]), (name, cls)
 
 
