@@ -16,6 +16,7 @@
  * next session's.
  */
 #include "../lib/kernel/philox.h"
+#include "attention_flash.h"
 #include "nd.cuh"
 #include "ops_cuda.h"
 
@@ -198,6 +199,10 @@ dlt_status dlt__cuda_sdpa_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
     if (p->D > 256) return dlt__err(DLT_ERR_NOT_SUPPORTED, F, "head dimension %lld > 256 on CUDA", (long long)p->D);
     DLT_CHECK(same_dtype(F, q->dtype, k, v, o));
     DLT_CHECK(same_dtype(F, DLT_F32, lse));
+    {
+        const void *ptrs[4] = {dlt__data(o), dlt__data(q), dlt__data(k), dlt__data(v)};
+        if (dlt__cuda_flash_sdp_ok(ctx, q->dtype, p, ptrs, 4)) return dlt__cuda_flash_sdp_fwd(ctx, o, lse, q, k, v, p);
+    }
     const int64_t rows = p->B * p->H * p->T;
     const uint64_t *base = (const uint64_t *)ctx->rng_base;
     const float ks = keep_scale_of(p);
@@ -225,6 +230,15 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
     void *scratch = NULL;
     DLT_CHECK(dlt__cuda_scratch(ctx, (size_t)rows_q * sizeof(float), &scratch));
     float *delta = (float *)scratch;
+    const void *ptrs[8] = {dlt__data(dq), dlt__data(dk), dlt__data(dv), dlt__data(dout),
+                           dlt__data(q),  dlt__data(k),  dlt__data(v),  dlt__data(o)};
+    if (dlt__cuda_flash_sdp_ok(ctx, q->dtype, p, ptrs, 8)) {
+        DLT_DISPATCH_FLOAT(q->dtype, T, DLT_SDPA_DPL(p->D, DPL,
+            sdpa_delta_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(delta, (const T *)dlt__data(dout),
+                                                                                (const T *)dlt__data(o), *p)));
+        DLT_CU_LAUNCHED(ctx, F);
+        return dlt__cuda_flash_sdp_bwd(ctx, dq, dk, dv, dout, q, k, v, lse, delta, p);
+    }
     DLT_DISPATCH_FLOAT(q->dtype, T, DLT_SDPA_DPL(p->D, DPL, {
         sdpa_delta_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(delta, (const T *)dlt__data(dout),
                                                                             (const T *)dlt__data(o), *p);

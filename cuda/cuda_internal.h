@@ -57,6 +57,9 @@ typedef struct dlt_cuda_state {
     /* whole-step graphs' memory: the sizing run and the arenas (graph.c); NULL until the
      * first graph */
     struct dlt_graph_mem *gmem;
+    /* flash: can the tensor-core attention kernels run here (attention_flash.cu)? 0 not yet
+     * asked, 1 yes, -1 no (the code the driver picked was compiled below sm_80) */
+    int flash_arch;
 } dlt_cuda_state;
 
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }

@@ -9,6 +9,11 @@
  * written straight into a leaf's buffer: layer_norm's dweight/dbias, embedding's dweight).
  * Without a GPU every case skips; DLT_CUDA_OPS_SELFTEST=1 compares against a second CPU
  * context instead, which runs the driver and every low-precision CPU path in CI.
+ * Groups (DLT_TEST_GROUPS): "table" is the above; "flash" runs the attention rows again in
+ * f16 and bf16 with dlt_ctx_set_flash_sdp on (the tensor-core kernels where the device and
+ * the head dim allow, the reference elsewhere), same tolerances, plus a check that on an
+ * sm_80+ device the flash kernels really served the call (their output is not bitwise the
+ * reference's: P is rounded to the dtype before P V).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -108,6 +113,78 @@ static void run_case(void) {
     CHECK(live == 0, "%s: %lld device tape nodes alive", c->name, (long long)live);
 }
 
+/* ---- flash (issue 18): the attention rows with the tensor-core kernels switched on ---- */
+
+/* attention's output on the device for case c in bf16 with flash_sdp on or off */
+static double *attention_out(const ot_case *c, double *const *vals, int32_t flash) {
+    dlt_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL;
+    double *out = NULL;
+    CHECK_OK(dlt_ctx_set_flash_sdp(g_dev, flash));
+    for (int i = 0; i < 3; i++) {
+        in[i] = ot_tensor(g_dev, c, i, DLT_BF16, vals[i]);
+        REQUIRE(in[i] != NULL, "input %d: %s", i, dlt_last_error());
+    }
+    CHECK_OK(c->fwd(c, in, &y));
+    out = ot_read(y);
+    dlt_tensor_release(y);
+    for (int i = 0; i < 3; i++) dlt_tensor_release(in[i]);
+    return out;
+}
+
+/* On sm_80+ the flash kernels must serve a bf16 head dim 64 call: the outputs of the two
+ * paths agree within the tolerance but not bitwise (a silent fallback would be identical). */
+static void flash_engaged(void) {
+    if (!g_dev) SKIP("%s", g_no_dev);
+    if (dlt_ctx_device_type(g_dev) != DLT_DEVICE_CUDA) SKIP("self-test: no CUDA device");
+    dlt_device_info *info = NULL;
+    int64_t major = 0;
+    CHECK_OK(dlt_device_info_get(dlt_ctx_device_index(g_dev), &info));
+    CHECK_OK(dlt_device_info_int(info, DLT_DEVINFO_CC_MAJOR, &major));
+    dlt_device_info_destroy(info);
+    if (major < 8) SKIP("compute capability %lld.x: flash needs sm_80, the reference runs", (long long)major);
+    const ot_case *c = g_case;
+    double *vals[OT_MAX_IN] = {NULL};
+    int64_t nv[OT_MAX_IN] = {0};
+    for (int i = 0; i < c->n_in; i++) vals[i] = ot_values(c, i, DLT_BF16, &nv[i]);
+    double *ref = attention_out(c, vals, 0), *fl = attention_out(c, vals, 1);
+    CHECK_OK(dlt_ctx_set_flash_sdp(g_dev, 0));
+    const int64_t n = ot_out_numel(c);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += ref[i] != fl[i];
+    const double e = ot_relnorm(fl, ref, n);
+    CHECK(e <= 1e-2, "%s: flash vs reference kernels rel err %.3g", c->name, e);
+    CHECK(differ > 0, "%s: flash on gives bitwise the reference kernels' output (%lld values): the flash "
+          "kernels did not run (a build without sm_80+ code?)", c->name, (long long)n);
+    printf("# flash engaged: %lld of %lld outputs differ from the reference kernels', rel err %.3g\n",
+           (long long)differ, (long long)n, e);
+    free(ref);
+    free(fl);
+    for (int i = 0; i < c->n_in; i++) free(vals[i]);
+}
+
+static void flash_pass(char *label, size_t n) {
+    const ot_stem *st = &ot_stem_attention;
+    if (g_dev && dlt_ctx_set_flash_sdp(g_dev, 1) != DLT_OK) {
+        printf("Bail out! dlt_ctx_set_flash_sdp: %s\n", dlt_last_error());
+        return;
+    }
+    for (int i = 0; i < st->n_cases; i++) {
+        g_case = &st->cases[i];
+        if (g_case->flags & (OT_CPU_ONLY | OT_F32_ONLY)) continue;
+        for (size_t d = 1; d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
+            g_dtype = DTYPES[d].dtype;
+            g_tol = DTYPES[d].tol;
+            snprintf(label, n, "%s/%s %s (flash, cuda vs cpu)", st->stem, g_case->name, dlt_dtype_name(g_dtype));
+            th_run(run_case, label);
+        }
+    }
+    for (int i = 0; i < st->n_cases; i++)
+        if (strcmp(st->cases[i].name, "tiles: 200 tokens, 16 heads of 64, causal") == 0) g_case = &st->cases[i];
+    snprintf(label, n, "%s/%s bf16 (flash kernels engaged)", st->stem, g_case->name);
+    th_run(flash_engaged, label);
+    if (g_dev && dlt_ctx_set_flash_sdp(g_dev, 0) != DLT_OK) printf("Bail out! %s\n", dlt_last_error());
+}
+
 int main(void) {
     if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &g_cpu) != DLT_OK) {
         printf("Bail out! no CPU context: %s\n", dlt_last_error());
@@ -121,7 +198,7 @@ int main(void) {
         if (!g_dev) snprintf(g_no_dev, sizeof g_no_dev, "%s", th_skip_reason);
     }
     char label[200];
-    for (size_t s = 0; s < sizeof STEMS / sizeof STEMS[0]; s++) {
+    for (size_t s = 0; th_group_on("table") && s < sizeof STEMS / sizeof STEMS[0]; s++) {
         const ot_stem *st = STEMS[s];
         for (int i = 0; i < st->n_cases; i++) {
             g_case = &st->cases[i];
@@ -135,6 +212,7 @@ int main(void) {
             }
         }
     }
+    if (th_group_on("flash")) flash_pass(label, sizeof label);
     dlt_ctx_destroy(g_dev);
     dlt_ctx_destroy(g_cpu);
     return th_done();

@@ -1,6 +1,7 @@
 /*
  * test_core.c - versions, status strings, the thread-local error message, contexts (CPU,
- * CUDA where present, refusals), memory statistics and the failure-injection hook.
+ * CUDA where present, refusals), memory statistics, the failure-injection hook and the
+ * flash attention switch.
  */
 #include <pthread.h>
 
@@ -168,6 +169,56 @@ static void test_fail_alloc_hook(void) {
     dlt_ctx_destroy(ctx);
 }
 
+/* flash: the attention-kernel switch (torch.backends.cuda.enable_flash_sdp): stored on
+ * the context, default off, and without effect on the CPU backend's attention. */
+static float *sdpa_cpu(dlt_ctx *ctx, int32_t flash) {
+    const int64_t shape[4] = {1, 2, 5, 16};
+    float v[160];
+    for (int i = 0; i < 160; i++) v[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
+    dlt_tensor *q = NULL, *y = NULL;
+    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, flash));
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, shape, 4, DLT_FORMAT_CONTIGUOUS, v, sizeof v, &q));
+    CHECK_OK(dlt_scaled_dot_product_attention(q, q, q, 1, 0.0, 0.0, &y));
+    float *out = calloc(160, sizeof(float));
+    CHECK_OK(dlt_tensor_copy_to_host(y, out, sizeof v));
+    dlt_tensor_release(y);
+    dlt_tensor_release(q);
+    return out;
+}
+
+static void test_flash_sdp_setting(void) {
+    dlt_ctx *ctx = NULL;
+    CHECK_OK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
+    int32_t on = 42;
+    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
+    CHECK(on == 0, "default %d, expected 0 (off until a GPU run verifies the kernels)", on);
+    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 1));
+    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
+    CHECK(on == 1, "after set 1: %d", on);
+    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 5)); /* any nonzero value is "on" */
+    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
+    CHECK(on == 1, "after set 5: %d", on);
+    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 0));
+    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
+    CHECK(on == 0, "after set 0: %d", on);
+    /* errors: NULL context or out-pointer, nothing written */
+    CHECK_STATUS(dlt_ctx_set_flash_sdp(NULL, 1), DLT_ERR_NULL_POINTER);
+    CHECK(strstr(dlt_last_error(), "dlt_ctx_set_flash_sdp") == dlt_last_error(), "%s", dlt_last_error());
+    on = 42;
+    CHECK_STATUS(dlt_ctx_flash_sdp_enabled(NULL, &on), DLT_ERR_NULL_POINTER);
+    CHECK(strstr(dlt_last_error(), "dlt_ctx_flash_sdp_enabled") == dlt_last_error(), "%s", dlt_last_error());
+    CHECK(on == 42, "out written on failure: %d", on);
+    CHECK_STATUS(dlt_ctx_flash_sdp_enabled(ctx, NULL), DLT_ERR_NULL_POINTER);
+    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
+    CHECK(on == 0, "a failed call changed the setting: %d", on);
+    /* the CPU backend ignores it: bitwise the same attention either way */
+    float *a = sdpa_cpu(ctx, 0), *b = sdpa_cpu(ctx, 1);
+    CHECK(memcmp(a, b, 160 * sizeof(float)) == 0, "CPU attention changed with flash_sdp on");
+    free(a);
+    free(b);
+    dlt_ctx_destroy(ctx);
+}
+
 static void test_cuda_ctx(void) {
     CUDA_CTX_OR_SKIP(ctx);
     char name[256];
@@ -189,6 +240,7 @@ int main(void) {
     RUN(test_error_thread_local);
     RUN(test_memory_stats_cpu);
     RUN(test_fail_alloc_hook);
+    RUN(test_flash_sdp_setting);
     RUN(test_cuda_ctx);
     return th_done();
 }

@@ -229,6 +229,22 @@ DLT_API DLT_NODISCARD dlt_status dlt_set_num_threads(int32_t n);
  *  without OpenMP. */
 DLT_API int32_t dlt_get_num_threads(void);
 
+/* ---- flash (issue 18): tensor-core attention, torch.backends.cuda.enable_flash_sdp ---- */
+/** Lets dlt_scaled_dot_product_attention use the FlashAttention-2 kernels on CUDA
+ *  (torch.backends.cuda.enable_flash_sdp): 1 on, 0 off. Where they cannot serve a call (f32,
+ *  a head dim that is not a multiple of 16 or is above 128, a GPU below sm_80) the reference
+ *  kernels run, so any setting gives the same results up to rounding (the weights P and
+ *  their gradients are rounded to f16/bf16 before their products). Forward and backward
+ *  paths mix (same log-sum-exp), so the setting may change between them. Stored on the
+ *  context and ignored by the CPU backend. Default 0: the kernels are compile-checked only,
+ *  and the default becomes 1 once a GPU run has verified them (docs/performance.md).
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx). */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_flash_sdp(dlt_ctx *ctx, int32_t enabled);
+/** Reads the setting of dlt_ctx_set_flash_sdp into *out (0 or 1;
+ *  torch.backends.cuda.flash_sdp_enabled).
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx or out). */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_flash_sdp_enabled(const dlt_ctx *ctx, int32_t *out);
+
 /* ---------------------------------------------------------------------------------------
  * Memory
  * ------------------------------------------------------------------------------------- */

@@ -193,6 +193,20 @@ dlt_status dlt_ctx_set_allow_tf32(dlt_ctx *ctx, int32_t on) {
     return DLT_OK;
 }
 
+/* flash: where the CUDA attention launchers read it (cuda/attention_flash.cu) */
+dlt_status dlt_ctx_set_flash_sdp(dlt_ctx *ctx, int32_t enabled) {
+    DLT_NULL_CHECK(ctx, "dlt_ctx_set_flash_sdp");
+    ctx->flash_sdp = enabled != 0;
+    return DLT_OK;
+}
+
+dlt_status dlt_ctx_flash_sdp_enabled(const dlt_ctx *ctx, int32_t *out) {
+    DLT_NULL_CHECK(ctx, "dlt_ctx_flash_sdp_enabled");
+    DLT_NULL_CHECK(out, "dlt_ctx_flash_sdp_enabled");
+    *out = ctx->flash_sdp;
+    return DLT_OK;
+}
+
 /* ---- memory statistics ---- */
 
 dlt_status dlt_memory_stat(dlt_ctx *ctx, int32_t which, uint64_t *out) {

@@ -59,6 +59,8 @@ struct dlt_ctx {
     int64_t live_tensors; /* leak accounting for tests */
 
     dlt__env env; /* the environment variables, read once when the context is created */
+    /* flash: dlt_ctx_set_flash_sdp (CUDA f16/bf16 attention on tensor cores); CPU ignores it */
+    int32_t flash_sdp;
 };
 
 /* Fails with DLT_ERR_CONTEXT_POISONED if an earlier asynchronous fault broke the context. */

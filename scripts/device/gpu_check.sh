@@ -28,6 +28,12 @@
 #          them, e.g. STAGES="build gpt_tests gpt_recipe gpt_fp16 gpt_hf", then STAGES=gpt_bench.
 #          GPT_NANOGPT_COMPILE="False" ("True False": also nanoGPT with torch.compile).
 #          GPT_RECIPE_TIMEOUT=270 (s, each side of gpt_recipe), GPT_RECIPE_ARGS (e.g. "--sdp flash").
+#   flash (issue 18): STAGES="build flash" (needs build-gpu): cuda_op_table's group "flash"
+#          (the attention rows with dlt_ctx_set_flash_sdp on, f16/bf16, against the CPU, and
+#          the check that the flash kernels served the call), the same under compute-sanitizer
+#          memcheck and racecheck, then bench_gpt --sdp math beside --sdp flash (FLASH_BATCHES,
+#          default 16, context 1024, bf16, eager and graph), and the Shakespeare recipe's first
+#          500 iterations with each (the loss curves must agree). About 4-6 minutes on an H200.
 set -u
 # Logs go to a scratch folder and come back as one archive (the tool returns few files).
 FINAL_OUT=${OUT:-/tmp/out}
@@ -342,6 +348,32 @@ if has gpt_hf; then
     python3 scripts/hf_gpt2_interop.py --device cuda >"$OUT/gpt-hf.txt" 2>&1
   note "Hugging Face GPT-2 interop rc=$? ($(( $(date +%s) - t )) s):"
   grep -E '^(ok|FAILED)' "$OUT/gpt-hf.txt" | sed 's/^/   /'
+fi
+
+# ---- flash (issue 18): the tensor-core attention kernels (cuda/attention_flash.cu) ----
+if has flash; then
+  t=$(date +%s)
+  DLT_TEST_GROUPS=flash build-gpu/tests/cuda_op_table >"$OUT/flash-table.txt" 2>&1
+  note "flash op table rc=$?: $(grep -c '^ok' "$OUT/flash-table.txt") ok, $(grep -c '^not ok' "$OUT/flash-table.txt") not ok, $(grep -c 'SKIP' "$OUT/flash-table.txt") skipped"
+  grep -E '^not ok|^# flash engaged|SKIP' "$OUT/flash-table.txt" | head -20 | sed 's/^/   /'
+  for tool in memcheck racecheck; do
+    extra=""; [ $tool = memcheck ] && extra="--leak-check full --report-api-errors no"
+    DLT_TEST_GROUPS=flash timeout ${FLASH_SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool $extra \
+      --error-exitcode 99 build-gpu/tests/cuda_op_table >"$OUT/flash-$tool.txt" 2>&1
+    note "flash $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/flash-$tool.txt" | tail -1 | sed 's/=* *//'), $(grep -c '^not ok' "$OUT/flash-$tool.txt") failed"
+  done
+  for sdp in math flash; do
+    build-gpu/examples/bench_gpt --batch ${FLASH_BATCHES:-16} --context 1024 --amp bf16 --mode eager,graph \
+      --sdp $sdp --json "$OUT/flash-bench-$sdp.json" >"$OUT/flash-bench-$sdp.txt" 2>&1
+    note "bench_gpt --sdp $sdp rc=$?:"
+    grep -E '^\| [0-9]' "$OUT/flash-bench-$sdp.txt" | sed 's/^/   /'
+  done
+  for sdp in math flash; do
+    timeout 300 ./build-gpu/examples/gpt_train --text "$SHK" --recipe shakespeare-char --iters 500 \
+      --eval-interval 250 --sdp $sdp >"$OUT/flash-recipe-$sdp.txt" 2>&1
+    note "gpt_train --recipe shakespeare-char --iters 500 --sdp $sdp rc=$?: $(grep '^step' "$OUT/flash-recipe-$sdp.txt" | tail -1)"
+  done
+  note "flash ($(( $(date +%s) - t )) s)"
 fi
 
 echo; echo "==== summary ($(( $(date +%s) - t0 )) s) ===="

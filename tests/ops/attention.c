@@ -60,6 +60,28 @@ static const ot_case CASES[] = {
     {"head dim 160, dropout 0.1", fwd, ref, 3, QKV(1, 1, 5, 6, 160), 4, {1, 1, 5, 160}, -1, {0}, {0.1}},
     {"causal with dropout 0.3", fwd, ref, 3, QKV(1, 2, 6, 6, 8), 4, {1, 2, 6, 8}, -1, {1}, {0.3}},
     {"no keys", fwd, ref, 3, QKV(1, 2, 3, 0, 4), 4, {1, 2, 3, 4}, -1, {0}},
+    /* flash (cuda/attention_flash.cu): 64-row tiles of queries and keys, head dim padded to
+     * 64 or 128 in shared memory. Partial tiles (T, S not multiples of 64), causal with more
+     * and with fewer keys than queries, an exact 64-key tile, padded head dims, dropout.
+     * cuda_op_table runs them with dlt_ctx_set_flash_sdp on as well (group "flash"). */
+    {"tiles: 65 tokens, head dim 64, causal", fwd, ref, 3, QKV(1, 2, 65, 65, 64), 4, {1, 2, 65, 64}, -1, {1},
+     .flags = OT_NO_FD},
+    {"tiles: 127 queries, 200 keys, head dim 64", fwd, ref, 3, QKV(1, 1, 127, 200, 64), 4, {1, 1, 127, 64}, -1,
+     {0}, .flags = OT_NO_FD},
+    {"tiles: causal, 200 queries, 127 keys, head dim 128", fwd, ref, 3, QKV(1, 1, 200, 127, 128), 4,
+     {1, 1, 200, 128}, -1, {1}, .flags = OT_NO_FD},
+    {"tiles: causal, 65 queries, 200 keys, head dim 64", fwd, ref, 3, QKV(1, 2, 65, 200, 64), 4, {1, 2, 65, 64},
+     -1, {1}, .flags = OT_NO_FD},
+    {"tiles: causal, dropout 0.2, 130 tokens, head dim 128", fwd, ref, 3, QKV(1, 1, 130, 130, 128), 4,
+     {1, 1, 130, 128}, -1, {1}, {0.2}, .flags = OT_NO_FD},
+    {"tiles: dropout 0.1, 64 queries, 129 keys, head dim 64", fwd, ref, 3, QKV(1, 2, 64, 129, 64), 4,
+     {1, 2, 64, 64}, -1, {0}, {0.1}, .flags = OT_NO_FD},
+    {"tiles: head dim 48 (padded to 64), 100 tokens, causal", fwd, ref, 3, QKV(2, 1, 100, 100, 48), 4,
+     {2, 1, 100, 48}, -1, {1}, .flags = OT_NO_FD},
+    {"tiles: head dim 96 (padded to 128), scale 0.2, 70 queries, 64 keys", fwd, ref, 3, QKV(1, 1, 70, 64, 96), 4,
+     {1, 1, 70, 96}, -1, {0}, {0.0, 0.2}, .flags = OT_NO_FD},
+    {"tiles: 200 tokens, 16 heads of 64, causal", fwd, ref, 3, QKV(1, 16, 200, 200, 64), 4, {1, 16, 200, 64}, -1,
+     {1}, .flags = OT_NO_FD},
 };
 
 static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {

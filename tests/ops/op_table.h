@@ -56,6 +56,10 @@ enum {
 #define OT_NO_REF 2u     /* random op: no float64 reference, backend mode only */
 #define OT_CPU_ONLY 4u   /* not compared with CUDA */
 #define OT_F32_ONLY 8u   /* backend mode in f32 only */
+#define OT_NO_FD 16u     /* ref mode checks the forward only: rows sized for the CUDA kernels'
+                          * tiles (attention's 64-row tiles), where finite differences of the
+                          * float64 reference would take minutes; small rows of the same op
+                          * check its gradients */
 
 typedef struct ot_in {
     int32_t kind;

@@ -83,6 +83,9 @@ _SIGNATURES = {
     "dlt_ctx_set_allow_tf32": (STATUS, [PTR, I32]),
     "dlt_set_num_threads": (STATUS, [I32]),
     "dlt_get_num_threads": (I32, []),
+    # flash (issue 18): tensor-core attention switch (torch.backends.cuda.enable_flash_sdp)
+    "dlt_ctx_set_flash_sdp": (STATUS, [PTR, I32]),
+    "dlt_ctx_flash_sdp_enabled": (STATUS, [PTR, P(I32)]),
     "dlt_memory_stat": (STATUS, [PTR, I32, P(U64)]),
     "dlt_memory_reset_peak": (STATUS, [PTR]),
     "dlt_empty_cache": (STATUS, [PTR]),
