@@ -28,8 +28,6 @@
 #include "cli.h"
 #include "run_record.h"
 
-#define MAXV 8
-
 typedef struct bench_cfg {
     int64_t batch;
     int32_t amp;    /* DLT_F16 (+ scaler) or DLT_BF16 (no scaler) */
@@ -225,74 +223,27 @@ static void bench_config_record(const run_record *rec, cJSON *o, const bench_cfg
 
 /* ---- options (cli.h) ---- */
 
-typedef struct int_list {
-    int64_t v[MAXV];
-    int n;
-} int_list;
-
-/* "64,256": up to MAXV batch sizes, each 1..65536 */
-static int parse_batches(const char *s, void *dst) {
-    int_list *l = dst;
-    int n = 0;
-    while (*s) {
-        char *end = NULL;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v < 1 || v > 65536 || n == MAXV || (*end && *end != ',')) return -1;
-        l->v[n++] = v;
-        s = *end ? end + 1 : end;
-    }
-    if (n == 0) return -1;
-    l->n = n;
-    return 0;
-}
-
-typedef struct choice_list {
-    int32_t v[2];
-    int n;
-    const char *names[2]; /* the two words it takes */
-    int32_t values[2];
-} choice_list;
-
-/* "fp16,bf16": each word once, from the list's two names */
-static int parse_choices(const char *s, void *dst) {
-    choice_list *l = dst;
-    int n = 0;
-    while (*s) {
-        size_t len = strcspn(s, ",");
-        int k = -1;
-        for (int i = 0; i < 2; i++)
-            if (strlen(l->names[i]) == len && strncmp(s, l->names[i], len) == 0) k = i;
-        if (k < 0 || n == 2 || (n == 1 && l->v[0] == l->values[k])) return -1;
-        l->v[n++] = l->values[k];
-        s += len;
-        if (*s == ',') s++;
-    }
-    if (n == 0) return -1;
-    l->n = n;
-    return 0;
-}
-
 static const char *const DEVICE_NAMES[] = {"cuda", "cpu", NULL};
 static const int32_t DEVICE_VALUES[] = {DLT_DEVICE_CUDA, DLT_DEVICE_CPU};
 
 int main(int argc, char **argv) {
-    int_list batches = {{256}, 1};
-    choice_list amps = {{DLT_F16, DLT_BF16}, 2, {"fp16", "bf16"}, {DLT_F16, DLT_BF16}};
-    choice_list formats = {{DLT_FORMAT_CHANNELS_LAST}, 1, {"nhwc", "nchw"},
+    cli_int_list batches = {{256}, 1};
+    cli_pair_list amps = {{DLT_F16, DLT_BF16}, 2, {"fp16", "bf16"}, {DLT_F16, DLT_BF16}};
+    cli_pair_list formats = {{DLT_FORMAT_CHANNELS_LAST}, 1, {"nhwc", "nchw"},
                            {DLT_FORMAT_CHANNELS_LAST, DLT_FORMAT_CONTIGUOUS}};
-    choice_list modes = {{0, 1}, 2, {"eager", "graph"}, {0, 1}};
+    cli_pair_list modes = {{0, 1}, 2, {"eager", "graph"}, {0, 1}};
     int64_t steps = 20, blocks = 5, warmup = 5, classes = 1000;
     int log = 0;
     const char *json = NULL; /* --json FILE: the run record */
     int32_t device = -1;
     const cli_option opts[] = {
-        {"batch", CLI_CUSTOM, &batches, .parse = parse_batches, .metavar = "N,N",
+        {"batch", CLI_CUSTOM, &batches, .parse = cli_parse_int_list, .metavar = "N,N",
          .help = "batch sizes, up to 8, each 1..65536 (256)"},
-        {"amp", CLI_CUSTOM, &amps, .parse = parse_choices, .metavar = "fp16,bf16",
+        {"amp", CLI_CUSTOM, &amps, .parse = cli_parse_pair_list, .metavar = "fp16,bf16",
          .help = "precisions (both)"},
-        {"format", CLI_CUSTOM, &formats, .parse = parse_choices, .metavar = "nhwc,nchw",
+        {"format", CLI_CUSTOM, &formats, .parse = cli_parse_pair_list, .metavar = "nhwc,nchw",
          .help = "memory formats (nhwc)"},
-        {"mode", CLI_CUSTOM, &modes, .parse = parse_choices, .metavar = "eager,graph",
+        {"mode", CLI_CUSTOM, &modes, .parse = cli_parse_pair_list, .metavar = "eager,graph",
          .help = "eager steps, one captured graph replayed, or both (both)"},
         {"steps", CLI_INT, &steps, .lo = 1, .hi = 100000, .metavar = "N", .help = "steps per timed block (20)"},
         {"blocks", CLI_INT, &blocks, .lo = 1, .hi = 64, .metavar = "N", .help = "timed blocks; the median counts (5)"},

@@ -33,7 +33,6 @@
 #include "run_record.h"
 
 #define PROG "bench_gpt"
-#define MAXV 8
 #define SPEC_TFLOPS 989.0  /* H100/H200 SXM dense bf16, the anchors' reference */
 #define EPOCH_TOKENS 1003854 /* tiny Shakespeare's training split (nanoGPT's shakespeare_char) */
 
@@ -131,53 +130,6 @@ done:
 
 /* ---- options (cli.h) ---- */
 
-typedef struct int_list {
-    int64_t v[MAXV];
-    int n;
-} int_list;
-
-/* "8,16,32": up to MAXV batch sizes, each 1..65536 */
-static int parse_batches(const char *s, void *dst) {
-    int_list *l = dst;
-    int n = 0;
-    while (*s) {
-        char *end = NULL;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v < 1 || v > 65536 || n == MAXV || (*end && *end != ',')) return -1;
-        l->v[n++] = v;
-        s = *end ? end + 1 : end;
-    }
-    if (n == 0) return -1;
-    l->n = n;
-    return 0;
-}
-
-typedef struct pair_list {
-    int32_t v[2];
-    int n;
-    const char *names[2];
-    int32_t values[2];
-} pair_list;
-
-/* "bf16,fp16": each of the list's two words at most once */
-static int parse_pair(const char *s, void *dst) {
-    pair_list *l = dst;
-    int n = 0;
-    while (*s) {
-        size_t len = strcspn(s, ",");
-        int k = -1;
-        for (int i = 0; i < 2; i++)
-            if (strlen(l->names[i]) == len && strncmp(s, l->names[i], len) == 0) k = i;
-        if (k < 0 || n == 2 || (n == 1 && l->v[0] == l->values[k])) return -1;
-        l->v[n++] = l->values[k];
-        s += len;
-        if (*s == ',') s++;
-    }
-    if (n == 0) return -1;
-    l->n = n;
-    return 0;
-}
-
 static int parse_preset(const char *arg, void *dst) {
     dlt_gpt_config c;
     if (dlt_gpt_config_preset(arg, &c) != DLT_OK) return -1;
@@ -197,22 +149,22 @@ static void mfu_text(double flops, double ms, double tflops, char *buf, size_t n
 
 int main(int argc, char **argv) {
     const char *preset = "gpt2", *json = NULL;
-    int_list batches = {{8, 16, 32}, 3};
-    pair_list amps = {{DLT_BF16, DLT_F16}, 2, {"bf16", "fp16"}, {DLT_BF16, DLT_F16}};
-    pair_list modes = {{0, 1}, 2, {"eager", "graph"}, {0, 1}};
+    cli_int_list batches = {{8, 16, 32}, 3};
+    cli_pair_list amps = {{DLT_BF16, DLT_F16}, 2, {"bf16", "fp16"}, {DLT_BF16, DLT_F16}};
+    cli_pair_list modes = {{0, 1}, 2, {"eager", "graph"}, {0, 1}};
     int64_t context = -1, steps = 20, blocks = 5, warmup = 5;
     double peak_tflops = 0;
     int32_t device = -1;
     const cli_option opts[] = {
         {"preset", CLI_CUSTOM, &preset, .parse = parse_preset, .metavar = "NAME",
          .help = "model shape (gpt2; tiny for a CPU smoke run)"},
-        {"batch", CLI_CUSTOM, &batches, .parse = parse_batches, .metavar = "N,N",
+        {"batch", CLI_CUSTOM, &batches, .parse = cli_parse_int_list, .metavar = "N,N",
          .help = "batch sizes, up to 8, each 1..65536 (8,16,32)"},
         {"context", CLI_INT, &context, .lo = 1, .hi = 1048576, .metavar = "T",
          .help = "sequence length (the preset's block size: 1024)"},
-        {"amp", CLI_CUSTOM, &amps, .parse = parse_pair, .metavar = "bf16,fp16",
+        {"amp", CLI_CUSTOM, &amps, .parse = cli_parse_pair_list, .metavar = "bf16,fp16",
          .help = "precisions: bf16, fp16 with the GradScaler (both)"},
-        {"mode", CLI_CUSTOM, &modes, .parse = parse_pair, .metavar = "eager,graph",
+        {"mode", CLI_CUSTOM, &modes, .parse = cli_parse_pair_list, .metavar = "eager,graph",
          .help = "eager steps, one captured graph replayed, or both (both)"},
         {"steps", CLI_INT, &steps, .lo = 1, .hi = 100000, .metavar = "N", .help = "steps per timed block (20)"},
         {"blocks", CLI_INT, &blocks, .lo = 1, .hi = 64, .metavar = "N", .help = "timed blocks; the median counts (5)"},

@@ -145,3 +145,36 @@ int cli_parse(int argc, char **argv, const char *prog, const cli_option *opts, i
     free(lo);
     return rc;
 }
+
+int cli_parse_int_list(const char *s, void *dst) {
+    cli_int_list *l = dst;
+    int n = 0;
+    while (*s) {
+        char *end = NULL;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 1 || v > 65536 || n == CLI_LIST_MAX || (*end && *end != ',')) return -1;
+        l->v[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    if (n == 0) return -1;
+    l->n = n;
+    return 0;
+}
+
+int cli_parse_pair_list(const char *s, void *dst) {
+    cli_pair_list *l = dst;
+    int n = 0;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        int k = -1;
+        for (int i = 0; i < 2; i++)
+            if (strlen(l->names[i]) == len && strncmp(s, l->names[i], len) == 0) k = i;
+        if (k < 0 || n == 2 || (n == 1 && l->v[0] == l->values[k])) return -1;
+        l->v[n++] = l->values[k];
+        s += len;
+        if (*s == ',') s++;
+    }
+    if (n == 0) return -1;
+    l->n = n;
+    return 0;
+}

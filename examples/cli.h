@@ -41,6 +41,24 @@ typedef struct cli_option {
     const char *help;                  /* one line; "\n" continues it, indented */
 } cli_option;
 
+/* ---- CLI_CUSTOM parsers for comma lists, shared by the benches ---- */
+#define CLI_LIST_MAX 8
+/* "8,16,32": up to CLI_LIST_MAX integers, each 1..65536 (batch sizes) */
+typedef struct cli_int_list {
+    int64_t v[CLI_LIST_MAX];
+    int n;
+} cli_int_list;
+int cli_parse_int_list(const char *arg, void *dst);
+/* "bf16,fp16": one or both of two words, each at most once; v holds their values in the
+ * order given. Initialise v/n with the default and names/values with the two words. */
+typedef struct cli_pair_list {
+    int32_t v[2];
+    int n;
+    const char *names[2];
+    int32_t values[2];
+} cli_pair_list;
+int cli_parse_pair_list(const char *arg, void *dst);
+
 /* Parses argv[1..] against the n options. Returns 0 when the arguments are good, 1 after
  * --help or -h (usage printed on stdout: the program exits 0), 2 on a usage error (the
  * problem and the usage printed on stderr). */
