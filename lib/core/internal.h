@@ -310,7 +310,8 @@ struct dlt_backend {
                            const dlt_tensor *dout, const dlt_tensor *q, const dlt_tensor *k,
                            const dlt_tensor *v, const dlt_tensor *o, const dlt_tensor *lse,
                            const dlt_sdpa_params *p);
-    /* *rng_base += delta, ordered on the stream (the last node of a captured step) */
+    /* *rng_base += delta, ordered on the stream: the last node of a captured step, and
+     * dlt_graph_run's correction before a replay (graph.c) */
     dlt_status (*rng_advance)(dlt_ctx *ctx, uint64_t delta);
     /* optim (lib/optim, lib/cpu/sgd.c, cuda/sgd.cu) */
     /* Applies op to an optimizer's dlt_optim_dev (one tiny kernel on CUDA). */

@@ -33,9 +33,9 @@ static const char *const OP_NAMES[] = {"sum", "avg", "max", "min"};
  * The environment
  * ------------------------------------------------------------------------------------- */
 
-/* The integer in variable name: 1 and *v when set, 0 when unset; < 0 after an error. */
-static int int_from_env(const char *name, int64_t *v, const char *func, dlt_status *st) {
-    const char *s = !strcmp(name, "DLT_MASTER_PORT") ? dlt__env_text(DLT__ENV_MASTER_PORT) : dlt__env_launcher(name);
+/* The integer in s, the text of variable name (NULL: unset): 1 and *v when set, 0 when
+ * unset; < 0 after an error. */
+static int int_from_text(const char *name, const char *s, int64_t *v, const char *func, dlt_status *st) {
     if (!s || !*s) return 0;
     char *end = NULL;
     long long n = strtoll(s, &end, 10);
@@ -47,6 +47,11 @@ static int int_from_env(const char *name, int64_t *v, const char *func, dlt_stat
     }
     *v = n;
     return 1;
+}
+
+/* A variable a launcher sets (RANK, MASTER_PORT, ...), as int_from_text. */
+static int int_from_env(const char *name, int64_t *v, const char *func, dlt_status *st) {
+    return int_from_text(name, dlt__env_launcher(name), v, func, st);
 }
 
 /* The first of two variables that is set (torchrun's, then mpirun's). */
@@ -151,7 +156,7 @@ static dlt_status resolve_port(const dlt_comm_options *o, const char *func, int3
     int64_t v = o->master_port;
     dlt_status st = DLT_OK;
     if (v == 0) {
-        int h = int_from_env("DLT_MASTER_PORT", &v, func, &st);
+        int h = int_from_text("DLT_MASTER_PORT", dlt__env_text(DLT__ENV_MASTER_PORT), &v, func, &st);
         if (h < 0) return st;
         if (h == 0) {
             h = int_from_env("MASTER_PORT", &v, func, &st);
