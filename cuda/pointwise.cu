@@ -1,8 +1,7 @@
 /*
  * pointwise.cu - CUDA kernels of the unary ops and activations (lib/ops/pointwise.c) and
  * their derivatives: the fp32 formulas of lib/kernel/unary.h (dlt__un_f32, dlt__un_df32),
- * elementwise over flat memory. Compile-checked; first run on a GPU is the next
- * session's.
+ * elementwise over flat memory, 16 bytes per access where the pointers allow.
  */
 #include "../lib/kernel/unary.h"
 #include "nd.cuh"
@@ -23,6 +22,33 @@ template <typename T> __global__ void unary_int_kernel(T *y, const T *x, int64_t
 
 template <typename T> __global__ void unary_kernel(T *y, const T *x, int64_t n, int op, float a) {
     DLT_GRID_STRIDE(i, n) y[i] = from_f<T>(dlt__un_f32(op, to_f<T>(x[i]), a));
+}
+
+/* 16 bytes per thread and step (Vec16): the GELU of a 16x1024x3072 bf16 tensor took 208 us
+ * with one element per thread on an H200 (~1 TB/s); the same math, 8 values per load */
+template <typename T> __global__ void unary_vec_kernel(T *y, const T *x, int64_t nv, int op, float a) {
+    DLT_GRID_STRIDE(i, nv) {
+        Vec16<T> v;
+        v.raw = ((const uint4 *)x)[i];
+#pragma unroll
+        for (int e = 0; e < Vec16<T>::N; e++) v.v[e] = from_f<T>(dlt__un_f32(op, to_f<T>(v.v[e]), a));
+        ((uint4 *)y)[i] = v.raw;
+    }
+}
+
+template <typename T>
+__global__ void unary_bwd_vec_kernel(T *dx, const T *dy, const T *x, const T *y, int64_t nv, int op, float a) {
+    DLT_GRID_STRIDE(i, nv) {
+        Vec16<T> g, xv, yv;
+        g.raw = ((const uint4 *)dy)[i];
+        xv.raw = x ? ((const uint4 *)x)[i] : make_uint4(0u, 0u, 0u, 0u);
+        yv.raw = y ? ((const uint4 *)y)[i] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int e = 0; e < Vec16<T>::N; e++)
+            g.v[e] = from_f<T>(dlt__un_df32(op, to_f<T>(g.v[e]), x ? to_f<T>(xv.v[e]) : 0.0f,
+                                            y ? to_f<T>(yv.v[e]) : 0.0f, a));
+        ((uint4 *)dx)[i] = g.raw;
+    }
 }
 
 template <typename T>
@@ -59,9 +85,15 @@ dlt_status dlt__cuda_unary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int
         return DLT_OK;
     default: break;
     }
-    DLT_DISPATCH_FLOAT(x->dtype, T,
-        unary_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>((T *)dlt__data(y), (const T *)dlt__data(x), n,
-                                                                        op, (float)alpha));
+    DLT_DISPATCH_FLOAT(x->dtype, T, {
+        const int w = Vec16<T>::N;
+        if (vec16_ok(n, w, dlt__data(y), dlt__data(x)))
+            unary_vec_kernel<T><<<grid_for(n / w, 256), 256, 0, st>>>((T *)dlt__data(y), (const T *)dlt__data(x),
+                                                                      n / w, op, (float)alpha);
+        else
+            unary_kernel<T><<<grid_for(n, 256), 256, 0, st>>>((T *)dlt__data(y), (const T *)dlt__data(x), n, op,
+                                                              (float)alpha);
+    });
     DLT_CU_LAUNCHED(ctx, "dlt_unary");
     return DLT_OK;
 }
@@ -71,10 +103,19 @@ dlt_status dlt__cuda_unary_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *d
     const int64_t n = dx->numel;
     /* the front door makes dx, dy, x and y one dtype */
     DLT_CHECK(same_dtype("dlt_unary_backward", dx->dtype, dy, x, y));
-    DLT_DISPATCH_FLOAT(dx->dtype, T,
-        unary_bwd_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>(
-            (T *)dlt__data(dx), (const T *)dlt__data(dy), x ? (const T *)dlt__data(x) : nullptr,
-            y ? (const T *)dlt__data(y) : nullptr, n, op, (float)alpha));
+    cudaStream_t st = dlt__stream(ctx);
+    DLT_DISPATCH_FLOAT(dx->dtype, T, {
+        const T *xp = x ? (const T *)dlt__data(x) : nullptr, *yp = y ? (const T *)dlt__data(y) : nullptr;
+        const int w = Vec16<T>::N;
+        /* null pointers are 16-byte aligned: absent operands pass the check */
+        if (vec16_ok(n, w, dlt__data(dx), dlt__data(dy), xp) && vec16_ok(n, w, yp))
+            unary_bwd_vec_kernel<T><<<grid_for(n / w, 256), 256, 0, st>>>((T *)dlt__data(dx),
+                                                                          (const T *)dlt__data(dy), xp, yp, n / w,
+                                                                          op, (float)alpha);
+        else
+            unary_bwd_kernel<T><<<grid_for(n, 256), 256, 0, st>>>((T *)dlt__data(dx), (const T *)dlt__data(dy),
+                                                                  xp, yp, n, op, (float)alpha);
+    });
     DLT_CU_LAUNCHED(ctx, "dlt_unary_backward");
     return DLT_OK;
 }
