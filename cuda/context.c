@@ -162,6 +162,7 @@ dlt_status dlt__cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
         return dlt__cuda_fail(ctx, e, "dlt_alloc", "cudaMallocFromPoolAsync");
     }
     if (s->gmem) dlt__cuda_gmem_note(ctx, *ptr, rounded);
+    if (ctx->capturing) dlt__cuda_capture_pooled(ctx, *ptr);
     s->live_allocs++;
     return DLT_OK;
 }
@@ -170,7 +171,8 @@ void dlt__cuda_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (!ptr || !s) return;
     const int arena_block = s->gmem && dlt__cuda_gmem_free(ctx, ptr, block_bytes(nbytes));
-    if (!arena_block && cudaFreeAsync(ptr, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    const int kept = !arena_block && ctx->capturing && dlt__cuda_capture_release(ctx, ptr);
+    if (!arena_block && !kept && cudaFreeAsync(ptr, s->stream) != cudaSuccess) (void)cudaGetLastError();
     s->live_allocs--;
 }
 

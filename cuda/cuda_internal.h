@@ -141,6 +141,12 @@ void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec);
 int dlt__cuda_gmem_alloc(dlt_ctx *ctx, size_t bytes, void **ptr);
 void dlt__cuda_gmem_note(dlt_ctx *ctx, void *ptr, size_t bytes);
 int dlt__cuda_gmem_free(dlt_ctx *ctx, void *ptr, size_t bytes);
+/* During a capture, outside the arena: capture_pooled notes a block the pool gave (a graph
+ * allocation); capture_release returns 1 when the block being released came from before
+ * the capture and is kept until the graph goes (graph.c, "orphans"), 0 when the caller
+ * frees it (captured). */
+void dlt__cuda_capture_pooled(dlt_ctx *ctx, void *ptr);
+int dlt__cuda_capture_release(dlt_ctx *ctx, void *ptr);
 /* Releases every arena (context teardown; frees in stream order). */
 void dlt__cuda_gmem_destroy(dlt_cuda_state *s);
 

@@ -26,6 +26,40 @@
 #include "../lib/core/arena.h"
 #include "cuda_internal.h"
 
+/* A growable list of device pointers. */
+typedef struct ptr_list {
+    void **p;
+    int64_t n, cap;
+} ptr_list;
+
+static int ptr_push(ptr_list *l, void *ptr) {
+    if (l->n == l->cap) {
+        const int64_t cap = l->cap ? 2 * l->cap : 16;
+        void **p = realloc(l->p, (size_t)cap * sizeof *p);
+        if (!p) return 0;
+        l->p = p, l->cap = cap;
+    }
+    l->p[l->n++] = ptr;
+    return 1;
+}
+
+static int ptr_take(ptr_list *l, const void *ptr) {
+    for (int64_t i = 0; i < l->n; i++)
+        if (l->p[i] == ptr) {
+            l->p[i] = l->p[--l->n];
+            return 1;
+        }
+    return 0;
+}
+
+/* frees every block of the list in stream order and empties it */
+static void ptr_free_all(dlt_cuda_state *s, ptr_list *l) {
+    for (int64_t i = 0; i < l->n; i++)
+        if (cudaFreeAsync(l->p[i], s->stream) != cudaSuccess) (void)cudaGetLastError();
+    free(l->p);
+    memset(l, 0, sizeof *l);
+}
+
 typedef struct graph_arena {
     struct graph_arena *next;
     dlt_arena *place;
@@ -42,11 +76,18 @@ struct dlt_graph_mem {
     graph_arena *filling;    /* the capture in progress places into this one */
     graph_arena *arenas;     /* every arena not yet released */
     int64_t outside;         /* allocations of this capture that went to the pool */
+    ptr_list pooled;         /* those blocks (graph allocations: a captured free may name them) */
+    ptr_list orphans;        /* blocks from before the capture released during it */
 };
 
+/* orphans: a block allocated before the capture and released during it cannot be freed
+ * there (a captured free must name a graph allocation; cudaFreeAsync fails and the block
+ * leaked, compute-sanitizer 2026-12-02), nor right after it (the replays may still read
+ * it: the step used it before letting it go). It lives as long as the graph. */
 typedef struct graph_exec {
     cudaGraphExec_t exec;
     graph_arena *arena;
+    ptr_list orphans;
 } graph_exec;
 
 static struct dlt_graph_mem *gmem_get(dlt_ctx *ctx) {
@@ -136,9 +177,22 @@ int dlt__cuda_gmem_free(dlt_ctx *ctx, void *ptr, size_t bytes) {
     return 1;
 }
 
+void dlt__cuda_capture_pooled(dlt_ctx *ctx, void *ptr) {
+    struct dlt_graph_mem *m = gmem_get(ctx);
+    if (m) (void)ptr_push(&m->pooled, ptr); /* not noted: its free is kept as an orphan's */
+}
+
+int dlt__cuda_capture_release(dlt_ctx *ctx, void *ptr) {
+    struct dlt_graph_mem *m = gmem_get(ctx);
+    if (!m || ptr_take(&m->pooled, ptr)) return 0; /* this capture's: a captured free */
+    return ptr_push(&m->orphans, ptr);
+}
+
 void dlt__cuda_gmem_destroy(dlt_cuda_state *s) {
     struct dlt_graph_mem *m = s->gmem;
     if (!m) return;
+    ptr_free_all(s, &m->orphans);
+    free(m->pooled.p);
     while (m->arenas) {
         graph_arena *a = m->arenas;
         m->arenas = a->next;
@@ -203,6 +257,12 @@ dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t 
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
     if (arena) s->gmem->filling = NULL;
+    ptr_list orphans = {0};
+    if (s->gmem) {
+        orphans = s->gmem->orphans;
+        memset(&s->gmem->orphans, 0, sizeof orphans);
+        s->gmem->pooled.n = 0;
+    }
     cudaGraphExec_t g = NULL;
     graph_exec *ge = NULL;
     size_t n = 0;
@@ -242,6 +302,7 @@ dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t 
                  s->gmem->sized_live / 1048576.0, (long long)s->gmem->outside);
     ge->exec = g;
     ge->arena = arena;
+    ge->orphans = orphans;
     *exec = ge;
     *n_nodes = (int64_t)n;
     sweep(ctx);
@@ -249,6 +310,7 @@ dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t 
 fail:
     if (graph) cudaGraphDestroy(graph);
     free(ge);
+    ptr_free_all(s, &orphans); /* no graph will read them */
     if (arena) arena->owned = 0;
     sweep(ctx);
     return st;
@@ -265,6 +327,7 @@ void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec) {
     /* the graph may still be running: let it finish before its memory goes */
     if (cudaStreamSynchronize(s->stream) != cudaSuccess) (void)cudaGetLastError();
     if (cudaGraphExecDestroy(ge->exec) != cudaSuccess) (void)cudaGetLastError();
+    ptr_free_all(s, &ge->orphans);
     if (ge->arena) {
         ge->arena->owned = 0;
         arena_release_if_unused(ctx, ge->arena);
