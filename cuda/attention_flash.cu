@@ -36,8 +36,8 @@
  *
  * The kernel bodies need sm_80 (bf16 mma): compiled empty below it, and the launcher runs
  * them only where the code the driver chose was compiled for sm_80+ (dlt__cuda_flash_sdp_ok).
- * Compile-checked only (sm_75/80/90): off by default (dlt_ctx_set_flash_sdp) until
- * scripts/device/gpu_check.sh's `flash` stage has run it on a GPU.
+ * On by default (dlt_ctx_set_flash_sdp) since its first H200 run (2026-12-02: the op table
+ * against the CPU, memcheck and racecheck clean; scripts/device/gpu_check.sh's `flash`).
  */
 #include <string.h>
 

@@ -18,8 +18,8 @@
  *   bench_gpt [--preset gpt2] [--batch 8,16,32] [--context 1024] [--amp bf16,fp16]
  *             [--mode eager,graph] [--steps 20] [--blocks 5] [--warmup 5] [--device cuda|cpu]
  *             [--peak-tflops X] [--json FILE] [--sdp math|flash]
- * --sdp picks the attention kernels (dlt_ctx_set_flash_sdp): math, the reference (default
- * while the flash kernels are unverified on a GPU), or flash (tensor cores, f16/bf16).
+ * --sdp picks the attention kernels (dlt_ctx_set_flash_sdp): flash (tensor cores, f16/bf16;
+ * the default) or math, the reference kernels.
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,7 +36,7 @@
 #define SPEC_TFLOPS 989.0  /* H100/H200 SXM dense bf16, the anchors' reference */
 #define EPOCH_TOKENS 1003854 /* tiny Shakespeare's training split (nanoGPT's shakespeare_char) */
 
-static int32_t g_flash_sdp; /* flash: --sdp */
+static int32_t g_flash_sdp = 1; /* flash: --sdp */
 
 typedef struct cfg {
     int64_t batch;
@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
         {"json", CLI_STRING, &json, .metavar = "FILE",
          .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
         {"sdp", CLI_CHOICE, &g_flash_sdp, .choices = SDP_NAMES, .values = SDP_VALUES, .metavar = "K",
-         .help = "attention kernels: math (the reference, default for now)\nor flash (tensor cores, f16/bf16)"},
+         .help = "attention kernels: flash (tensor cores, f16/bf16; the\ndefault) or math (the reference kernels)"},
     };
     int rc = cli_parse(argc, argv, PROG, opts, (int)(sizeof opts / sizeof opts[0]));
     if (rc) return rc == 1 ? 0 : rc;

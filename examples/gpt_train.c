@@ -69,6 +69,7 @@ static void defaults(options *o) {
     o->warmup_iters = -1;
     o->lr_decay_iters = -1;
     o->amp = DLT_BF16;
+    o->flash_sdp = 1;
     o->eval_interval = 250;
     o->eval_iters = 200;
     o->log_interval = 10;
@@ -177,7 +178,7 @@ static int parse_args(int argc, char **argv, options *o) {
         {"deterministic", CLI_FLAG, &o->deterministic,
          .help = "deterministic kernels only (bitwise-reproducible CUDA runs)"},
         {"sdp", CLI_CHOICE, &o->flash_sdp, .choices = SDP_NAMES, .values = SDP_VALUES, .metavar = "K",
-         .help = "attention kernels on CUDA: math (the reference, default\nfor now) or flash (tensor cores, f16/bf16)"},
+         .help = "attention kernels on CUDA: flash (tensor cores, f16/bf16;\nthe default) or math (the reference kernels)"},
         {"sample", CLI_INT, &o->sample, .lo = 0, .hi = 1000000, .metavar = "N",
          .help = "generate N tokens at the end (0)"},
         {"prompt", CLI_STRING, &o->prompt, .metavar = "S",

@@ -170,7 +170,7 @@ static void test_fail_alloc_hook(void) {
 }
 
 /* flash: the attention-kernel switch (torch.backends.cuda.enable_flash_sdp): stored on
- * the context, default off, and without effect on the CPU backend's attention. */
+ * the context, default on, and without effect on the CPU backend's attention. */
 static float *sdpa_cpu(dlt_ctx *ctx, int32_t flash) {
     const int64_t shape[4] = {1, 2, 5, 16};
     float v[160];
@@ -191,7 +191,10 @@ static void test_flash_sdp_setting(void) {
     CHECK_OK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
     int32_t on = 42;
     CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
-    CHECK(on == 0, "default %d, expected 0 (off until a GPU run verifies the kernels)", on);
+    CHECK(on == 1, "default %d, expected 1 (on, as torch.backends.cuda.flash_sdp_enabled)", on);
+    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 0));
+    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
+    CHECK(on == 0, "after set 0: %d", on);
     CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 1));
     CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
     CHECK(on == 1, "after set 1: %d", on);

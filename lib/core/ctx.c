@@ -49,6 +49,7 @@ dlt_status dlt_ctx_create(int32_t device_type, int32_t device_index, uint32_t ab
     ctx->device_index = device_type == DLT_DEVICE_CPU ? 0 : device_index;
     ctx->be = be;
     ctx->grad_enabled = 1;
+    ctx->flash_sdp = 1; /* verified on an H200 2026-12-02 (docs/performance.md) */
     ctx->autocast_depth = 0;
     dlt_status st = be->ctx_init ? be->ctx_init(ctx) : DLT_OK;
     if (st != DLT_OK) {

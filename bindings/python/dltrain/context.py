@@ -286,12 +286,11 @@ class Context(Handle):
     def set_allow_tf32(self, on=True):
         check(lib.dlt_ctx_set_allow_tf32(self.handle, 1 if on else 0))
 
-    # flash (issue 18): PyTorch's torch.backends.cuda.enable_flash_sdp / flash_sdp_enabled
+    # PyTorch's torch.backends.cuda.enable_flash_sdp / flash_sdp_enabled
     def enable_flash_sdp(self, enabled=True):
         """Lets scaled_dot_product_attention use the FlashAttention-2 kernels on CUDA
         (f16/bf16, head dim a multiple of 16 up to 128, sm_80+; the reference kernels run
-        for every other call). Off by default until a GPU run has verified the kernels;
-        the CPU ignores it."""
+        for every other call). On by default, as in PyTorch; the CPU ignores it."""
         check(lib.dlt_ctx_set_flash_sdp(self.handle, 1 if enabled else 0))
 
     def flash_sdp_enabled(self):

@@ -205,12 +205,12 @@ def test_context_properties_and_memory_stats():
     ctx.check()
     ctx.set_deterministic(True)
     ctx.set_allow_tf32(False)
-    # flash (issue 18): torch.backends.cuda.enable_flash_sdp's counterpart, off by default
-    assert ctx.flash_sdp_enabled() is False
-    ctx.enable_flash_sdp(True)
+    # flash: torch.backends.cuda.enable_flash_sdp's counterpart, on by default as in PyTorch
     assert ctx.flash_sdp_enabled() is True
     ctx.enable_flash_sdp(False)
     assert ctx.flash_sdp_enabled() is False
+    ctx.enable_flash_sdp(True)
+    assert ctx.flash_sdp_enabled() is True
 
 
 def test_current_context_and_factories():
