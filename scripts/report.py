@@ -45,6 +45,14 @@ def num(v, digits=2, unit=""):
     return ("{:,.%df}" % digits).format(v) + unit
 
 
+def secs(v):
+    """An epoch time: two decimals, three significant digits below a second (an H200 runs a
+    10,000-image ResNet50 epoch in 0.147 s; two decimals would read 0.15)."""
+    if v is None:
+        return MISSING
+    return num(v, 2 if abs(v) >= 1 else 3 if abs(v) >= 0.1 else 4)
+
+
 def rate(v, unit):
     """A throughput: three significant digits at least (a CPU does 4.7 images/s)."""
     if v is None:
@@ -127,10 +135,19 @@ def model_label(w, res, cfg=None):
     return "%s (%s)" % (w.get("model", MISSING), ", ".join(parts))
 
 
-def window_mean(series, key, t0, t1):
-    vals = [v for t, v in zip(series.get("t_s", []), series.get(key, []))
+def window_values(series, key, t0, t1):
+    return [v for t, v in zip(series.get("t_s", []), series.get(key, []))
             if t is not None and v is not None and t0 <= t <= t1]
+
+
+def window_mean(series, key, t0, t1):
+    vals = window_values(series, key, t0, t1)
     return sum(vals) / len(vals) if vals else None
+
+
+def window_max(series, key, t0, t1):
+    vals = window_values(series, key, t0, t1)
+    return max(vals) if vals else None
 
 
 def collect(records):
@@ -221,8 +238,9 @@ def throttle_intervals(mon):
     return sorted(out)
 
 
-def throttle_summary(mon):
-    """(thermal seconds, power seconds, covered seconds), None where there is no series."""
+def throttle_summary(mon, window=None):
+    """(thermal seconds, power seconds, covered seconds), None where there is no series;
+    with window (t0, t1): the parts inside it (a bench configuration's interval)."""
     s = get(mon, "series")
     if not s or not s.get("points"):
         return None
@@ -230,6 +248,10 @@ def throttle_summary(mon):
     t = [x for x in s.get("t_s", []) if x is not None]
     step = (mon.get("interval_ms") or 0) / 1000.0 * (s.get("stride") or 1)
     span = (t[-1] - t[0] + step) if t else 0.0
+    if window:
+        w0, w1 = window
+        iv = [(max(a, w0), min(b, w1), k) for a, b, k in iv if min(b, w1) > max(a, w0)]
+        span = max(0.0, min(w1, t[-1] + step) - max(w0, t[0])) if t else 0.0
     th = sum(b - a for a, b, k in iv if k == "thermal")
     pw = sum(b - a for a, b, k in iv if k == "power")
     return th, pw, span
@@ -362,7 +384,7 @@ def article_table(best, models, gpus, labels):
                 row += ["no run", "no run"]
                 continue
             est, util, _ = run_cells(r)
-            row += [est if r.failed else num(r.epoch_s) + est, util]
+            row += [est if r.failed else secs(r.epoch_s) + est, util]
         rows.append(row)
     return Table("results", "Results (the article's layout: model x GPU)", header, rows,
                  ["Epoch time: mean of the full epochs after the first (plan building and warm-up "
@@ -381,6 +403,13 @@ def runs_table(best, models, gpus, labels):
             est, util, mon = run_cells(r)
             s = get(mon, "summary") or {}
             ts = throttle_summary(mon)
+            if r.window is not None and ts is not None:
+                # a bench configuration: its own interval of the run's series, as its GPU util
+                w, series = r.window, mon["series"]
+                s = {"temp_max_c": window_max(series, "temp_c", *w),
+                     "sm_clock_mean_mhz": window_mean(series, "sm_clock_mhz", *w),
+                     "power_mean_w": window_mean(series, "power_w", *w)}
+                ts = throttle_summary(mon, w)
             if r.cpu:
                 temp = clock = power = throttled = NA_CPU
             else:
@@ -394,7 +423,7 @@ def runs_table(best, models, gpus, labels):
                 else:
                     throttled = ", ".join(x for x in ["thermal %.1f s" % ts[0] if ts[0] else "",
                                                       "power %.1f s" % ts[1] if ts[1] else ""] if x)
-            rows.append([m, labels[g], est if r.failed else num(r.epoch_s) + est, rate(r.throughput, r.unit), util,
+            rows.append([m, labels[g], est if r.failed else secs(r.epoch_s) + est, rate(r.throughput, r.unit), util,
                          num(r.peak / 2**20, 0) if r.peak is not None else MISSING, num(r.first_s),
                          temp, clock, power, throttled, os.path.basename(r.path)])
     return Table("runs", "Every run: throughput, memory, clocks, power",
@@ -402,8 +431,9 @@ def runs_table(best, models, gpus, labels):
                   "first step (s)", "temp max (C)", "SM clock mean (MHz)", "power mean (W)", "throttled",
                   "record"], rows,
                  ["Peak memory: the library allocator's peak. Temperature, clock and power: NVML's "
-                  "summary over the run. Throttled: time covered by samples whose clock-event reasons "
-                  "include thermal (0x20, 0x40) or power (0x4, 0x80) slowdown."])
+                  "summary over the run (bench rows: the samples in the configuration's interval). "
+                  "Throttled: time covered by samples whose clock-event reasons include thermal (0x20, "
+                  "0x40) or power (0x4, 0x80) slowdown."])
 
 
 def ratio_table(best, models, gpus, labels, baseline):
@@ -447,12 +477,20 @@ def monitored(records, skip_paths=()):
                 windows = [(e["t_start_s"], e["t_end_s"], "epoch %d" % e["epoch"]) for e in res["epochs"]]
             elif res["kind"] == "bench":
                 what = "%s step bench (%d configurations)" % (w.get("model", MISSING), len(res["configs"]))
-                windows = [(c["t_start_s"], c["t_end_s"], "b%d %s" % (c["batch"], c["precision"]))
-                           for c in res["configs"]]
+                windows = [(c["t_start_s"], c["t_end_s"], config_mark(c, res["configs"])) for c in res["configs"]]
             else:
                 what, windows = "gpu_report micro-benchmarks", []
             out.append((what, dev_key(rec, dev), path, mon, windows))
     return out
+
+
+def config_mark(c, configs):
+    """A bench configuration's mark on the time axis: what tells it from the others (batch,
+    precision, layout, mode; precision alone where they are all alike)."""
+    keys = [("batch", lambda x: "b%d" % x["batch"]), ("precision", lambda x: x["precision"]),
+            ("memory_format", lambda x: x["memory_format"]), ("mode", lambda x: x["mode"])]
+    parts = [f(c) for k, f in keys if len({str(x.get(k)) for x in configs}) > 1]
+    return " ".join(parts or [c["precision"]])
 
 
 def thermal_table(mons, labels):

@@ -21,8 +21,27 @@ THERMAL_COLOR, POWER_COLOR = "#d62728", "#ff7f0e"
 
 
 def sig(v):
-    """A bar label: at least three significant digits."""
-    return "{:,.0f}".format(v) if v >= 100 else "{:.1f}".format(v) if v >= 10 else "{:.2f}".format(v)
+    """A bar label: at least three significant digits (0.147 s, not 0.15)."""
+    if v >= 100:
+        return "{:,.0f}".format(v)
+    return "{:.{}f}".format(v, 1 if v >= 10 else 2 if v >= 1 else 3 if v >= 0.1 else 4)
+
+
+def mark_levels(xs, labels, span, char_frac=0.0095):
+    """The row (0, 1, ...) above the top panel of each window mark, so that no two labels
+    overlap: a label takes about char_frac of the axis per character (7-point text on the
+    8.5-inch series figure) and moves up a row while it would run into one on its row.
+    xs in data units, span the axis' data width."""
+    ends, out = [], []  # ends[row]: where the last label on that row ends
+    for x, lab in zip(xs, labels):
+        w = (len(lab) + 1) * char_frac * span
+        row = next((i for i, e in enumerate(ends) if x >= e), len(ends))
+        if row == len(ends):
+            ends.append(x + w)
+        else:
+            ends[row] = x + w
+        out.append(row)
+    return out
 
 
 def bars(title, models, gpus, value, unit_of, fmt=sig):
@@ -88,9 +107,11 @@ def series(title, s, intervals, windows):
         ax.set_ylabel(label)
         ax.spines[["top", "right"]].set_visible(False)
     if windows:
-        for (t0, t1, lab) in windows:
-            axes[0].annotate(lab, xy=(t0, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
-                             color="#666", va="bottom")
+        lo, hi = axes[0].get_xlim()
+        rows = mark_levels([w[0] for w in windows], [w[2] for w in windows], hi - lo)
+        for (t0, t1, lab), row in zip(windows, rows):
+            axes[0].annotate(lab, xy=(t0, 1.0), xycoords=("data", "axes fraction"), xytext=(1, 1 + 8 * row),
+                             textcoords="offset points", fontsize=7, color="#666", va="bottom")
     axes[-1].set_xlabel("seconds since the run started")
     kinds = sorted({k for _, _, k in intervals})
     if kinds:

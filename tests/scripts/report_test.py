@@ -9,13 +9,17 @@
    every field of the schema.
 2. scripts/report.py renders the fixtures; the tables' cells are checked against numbers
    taken from the fixture records here (epoch times, utilisation, throughput, ratios,
-   throttled seconds) and against hand-worked values; missing fields read "missing".
+   throttled seconds) and against hand-worked values; missing fields read "missing". The
+   measured H200 records (docs/report-example/records-h200) render too: sub-second epoch times
+   with three digits, the bench's rows with their own configuration's clocks and power, its
+   configurations told apart on the time axis, close marks not overlapping.
 3. The HTML page is self-contained and opens in headless Chromium without script errors,
    its status element reports every chart rendered, and a screenshot is taken. Where
    Chromium is absent or cannot start, that case skips with the reason (a page with a
    deliberate error checks that errors are seen at all).
 Cases needing matplotlib skip where /usr/bin/python3 has none (scripts/test.sh installs it).
 """
+import base64
 import copy
 import glob
 import json
@@ -283,6 +287,60 @@ else:
     expect = 2 + sum(1 for p_ in fixtures if json.load(open(p_))["devices"][0]["monitor"]["series"]["points"])
     report(len(figs) == expect == 8 and not remote, NAMES[7], "figures %d (expected %d), remote references %s"
            % (len(figs), expect, remote[:5]))
+
+# ---- 2b. the measured H200 records (docs/report-example/records-h200) ----------------------
+# The first GPU records the report saw: sub-second epoch times read 0.15 and 0.16 with two
+# decimals, the bench's four rows all showed the run's one power mean, its eager and graph
+# marks on the time axis both read "b256 fp16", and close epoch marks ran into each other.
+H200_NAME = "the measured H200 records: three-digit epoch times, bench rows per configuration, distinct marks"
+h200 = sorted(glob.glob(os.path.join(ROOT, "docs", "report-example", "records-h200", "*.json")))
+if not have_mpl:
+    skip(H200_NAME, "no matplotlib for %s" % sys.executable)
+elif len(h200) != 4:
+    report(False, H200_NAME, "expected 4 records in docs/report-example/records-h200, found %d" % len(h200))
+else:
+    hout = os.path.join(tmp, "h200")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "report.py")] + h200 + ["--out", hout],
+                       capture_output=True, text=True)
+    bad = [] if p.returncode == 0 and "6 charts" in p.stdout else ["report.py: %s%s" % (p.stdout, p.stderr)]
+    HT = md_tables(open(os.path.join(hout, "report.md")).read()) if p.returncode == 0 else {}
+    H = "NVIDIA H200"
+    for prec in ("fp16", "bf16"):
+        rec = json.load(open(os.path.join(ROOT, "docs", "report-example", "records-h200", "h200-resnet50-%s.json" % prec)))
+        lab = "resnet50 (%s, batch 256, 10,000 images/epoch)" % prec
+        want = "%.3f" % rec["results"]["epoch_time_s"]
+        for title, col in (("Results", "%s epoch time (s)" % H), ("Every run", "epoch time (s)")):
+            if cell(HT, title, [lab], col) != want:
+                bad.append("%s %s: %s, expected %s" % (title, lab, cell(HT, title, [lab], col), want))
+    if cell(HT, "Results", ["resnet50 (bf16, batch 256, 10,000 images/epoch)"], "%s epoch time (s)" % H) != "0.147":
+        bad.append("by hand: bf16 epoch 0.147 s")
+    brec = json.load(open(os.path.join(ROOT, "docs", "report-example", "records-h200", "h200-bench.json")))
+    ser = brec["devices"][0]["monitor"]["series"]
+    powers = set()
+    for c in brec["results"]["configs"]:
+        lab = "resnet50 step bench (%s, batch 256, nhwc, %s, 50,000 images/epoch)" % (c["precision"], c["mode"])
+        vals = [w for t, w in zip(ser["t_s"], ser["power_w"]) if c["t_start_s"] <= t <= c["t_end_s"]]
+        want = "{:,.0f}".format(sum(vals) / len(vals))
+        got = cell(HT, "Every run", [lab, H], "power mean (W)")
+        powers.add(got)
+        if got != want:
+            bad.append("%s power %s, expected the configuration's %s" % (lab, got, want))
+    if len(powers) < 2:
+        bad.append("the bench rows share one power mean: %s" % powers)
+    page = open(os.path.join(hout, "report.html")).read() if p.returncode == 0 else ""
+    svgs = [base64.b64decode(x).decode() for x in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', page)]
+    bench_svg = [x for x in svgs if "h200-bench.json" in x]
+    for mark in ("fp16 eager", "fp16 graph", "bf16 eager", "bf16 graph"):
+        if not bench_svg or mark not in bench_svg[0]:
+            bad.append("the bench chart has no mark %r" % mark)
+    import report_charts
+    levels = getattr(report_charts, "mark_levels", lambda *a: "no report_charts.mark_levels")
+    got = [levels([0.25, 2.52, 2.66], ["epoch 0", "epoch 1", "epoch 2"], 2.6),
+           levels([0.2, 1.5, 2.4, 3.4], ["fp16 eager"] * 4, 4.2),
+           [report_charts.sig(v) for v in (0.1473, 0.0123, 2.5, 64362.2)]]
+    if got != [[0, 0, 1], [0, 0, 0, 0], ["0.147", "0.0123", "2.50", "64,362"]]:
+        bad.append("mark rows and bar labels: %s" % (got,))
+    report(not bad, H200_NAME, "\n".join(bad))
 
 # ---- 3. the page in headless Chromium ------------------------------------------------------
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
