@@ -162,6 +162,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     dlt_optimizer *opt = NULL;
     dlt_grad_scaler *scaler = NULL;
     dlt_tensor **params = NULL;
+    dlt_tensor *epoch_loss = NULL; /* --log-every 0: the epoch's last loss, read at its end */
     dlt_comm *comm = NULL;
     dlt_ddp *ddp = NULL;
     report_run run;
@@ -332,7 +333,12 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
                 printf("Epoch %lld, Loss: %.6f\n", (long long)epoch, last_loss);
                 fflush(stdout);
             }
-            dlt_tensor_release(loss);
+            if (o.log_every == 0) { /* keep it: the epoch's line prints the last step's loss */
+                dlt_tensor_release(epoch_loss);
+                epoch_loss = loss;
+            } else {
+                dlt_tensor_release(loss);
+            }
             i++;
             global_step++;
             report_progress(&run, epoch, i, nb);
@@ -342,6 +348,10 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         report_progress_clear(&run);
         if (i == 0) break;
         if (o.log_every == 0) {
+            /* (it printed nan from the second epoch on when only the first step's loss was read) */
+            if (epoch_loss) TRY(dlt_tensor_item(epoch_loss, &last_loss));
+            dlt_tensor_release(epoch_loss);
+            epoch_loss = NULL;
             printf("Epoch %lld, Loss: %.6f\n", (long long)epoch, last_loss);
         }
         uint64_t peak = 0;
@@ -389,6 +399,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     }
     exit_code = 0;
 fail:
+    dlt_tensor_release(epoch_loss);
     report_monitor_stop(&run);
     report_fini(&run);
     free(params);

@@ -43,6 +43,13 @@ for ex in resnet50_cifar10 grad_accum; do
   if [ -f "$data/data_batch_1.bin" ]; then
     check_run "$ex: 3 CPU steps at batch 4, CIFAR-10 subset" "$bin/$ex" --device cpu --batch 4 --steps 3 --epochs 1 --data "$data"
   else skip "$ex: CIFAR-10 subset" "no data at $data"; fi
+  # --log-every 0 prints each epoch's last loss (it printed nan from the second epoch on)
+  mkdir -p "$tmp/tiny"
+  python3 -c "import sys,random; r=random.Random(3); sys.stdout.buffer.write(bytes(r.randrange(256) if i % 3073 else r.randrange(10) for i in range(16*3073)))" >"$tmp/tiny/data_batch_1.bin"
+  "$bin/$ex" --device cpu --batch 8 --epochs 3 --log-every 0 --data "$tmp/tiny" >"$tmp/out" 2>&1; rc=$?
+  losses=$(grep -cE '^Epoch [0-2], Loss: [0-9]+\.[0-9]+$' "$tmp/out")
+  if [ $rc = 0 ] && [ "$losses" = 3 ]; then ok "$ex: --log-every 0 prints each epoch's loss" "$(grep 'Loss: ' "$tmp/out" | tail -1)"
+  else notok "$ex: --log-every 0, 3 epochs of 16 images (rc=$rc, $losses finite epoch losses)"; fi
   "$bin/$ex" --bogus >"$tmp/out" 2>&1; rc=$?
   if [ $rc = 2 ] && grep -q '^usage:' "$tmp/out"; then ok "$ex: bad flag exits 2 with the usage"; else notok "$ex: bad flag (rc=$rc)"; fi
   "$bin/$ex" --batch 0 >"$tmp/out" 2>&1; rc=$?
