@@ -54,6 +54,10 @@ constexpr int BR = 64;   /* rows of a block's own tile (queries; keys in dk/dv) 
 constexpr int BC = 64;   /* rows of the tiles the forward and dq kernels loop over (keys) */
 constexpr int BQ = 32;   /* query rows per step of the dk/dv kernel */
 constexpr int PAD = 8;   /* row padding in shared memory, elements */
+static_assert(BR <= BC, "the forward kernel stages its Q tile in a K buffer");
+/* blocks per SM the register allocation must allow: three at DP 64 (<= 170 registers, no
+ * spills; the dq kernel took 232 and so ran two), what fits at DP 128 */
+template <int DP> constexpr int MIN_BLOCKS = DP == 64 ? 3 : 1;
 
 /* Device code exists for sm_80+ only: the helpers and the kernel bodies (empty below). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -92,6 +96,16 @@ __device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], const uint32_t
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+/* 16 bytes global -> shared without a trip through registers (cp.async, sm_80), zeros
+ * when !valid (source size 0: nothing is read) */
+__device__ __forceinline__ void cp_async16(void *s, const void *g, bool valid) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* waits until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* Fragment loads from shared memory (16-bit elements as raw bits, leading dimension ld,
  * even; lane = 4 g + t). "row": the operand's rows are the smem rows (32-bit loads of two
@@ -132,16 +146,16 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
 }
 
 /* rows x DP elements into s (leading dimension DP + PAD) from rows row0.. of g (D per row,
- * nrows rows): 16-byte copies, zeros past nrows and past D (D a multiple of 16) */
+ * nrows rows): 16-byte asynchronous copies, zeros past nrows and past D (D a multiple of
+ * 16); in flight until cp_async_wait, visible to the block after the __syncthreads after it */
 template <int DP>
-__device__ __forceinline__ void load_tile(uint16_t *s, const uint16_t *g, int64_t row0, int rows, int64_t nrows,
-                                          int D) {
+__device__ __forceinline__ void load_tile_async(uint16_t *s, const uint16_t *g, int64_t row0, int rows,
+                                                int64_t nrows, int D) {
     constexpr int CH = DP / 8;
     for (int c = threadIdx.x; c < rows * CH; c += NT) {
         const int r = c / CH, d = (c % CH) * 8;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (row0 + r < nrows && d < D) val = *(const uint4 *)(g + (row0 + r) * D + d);
-        *(uint4 *)(s + r * (DP + PAD) + d) = val;
+        const bool valid = row0 + r < nrows && d < D;
+        cp_async16(s + r * (DP + PAD) + d, valid ? g + (row0 + r) * D + d : g, valid);
     }
 }
 
@@ -162,18 +176,24 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 #endif /* DLT_FLASH_BODY */
 
-template <int DP> constexpr size_t fwd_smem() { return (size_t)2 * BC * (DP + PAD) * 2; }
-template <int DP> constexpr size_t dq_smem() { return (size_t)(2 * BR + 2 * BC) * (DP + PAD) * 2; }
-template <int DP> constexpr size_t dkv_smem() { return (size_t)(2 * BR + 2 * BQ) * (DP + PAD) * 2 + 2 * BQ * 4; }
+/* the tiles a kernel loops over are double-buffered: two stages */
+template <int DP> constexpr size_t fwd_smem() { return (size_t)2 * 2 * BC * (DP + PAD) * 2; }
+template <int DP> constexpr size_t dq_smem() { return (size_t)(2 * BR + 2 * 2 * BC) * (DP + PAD) * 2; }
+template <int DP> constexpr size_t dkv_smem() {
+    return (size_t)(2 * BR + 2 * 2 * BQ) * (DP + PAD) * 2 + 2 * 2 * BQ * 4;
+}
 
 /* grid: one block per (b*H+h, 64-query tile), heaviest causal tiles first */
 template <typename T, int DP>
-__global__ void __launch_bounds__(NT) flash_fwd_kernel(T *o, float *lse, const T *q, const T *k, const T *v,
+__global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, float *lse, const T *q, const T *k, const T *v,
                                                        dlt_sdpa_params p, const uint64_t *base, float keep_scale) {
 #ifdef DLT_FLASH_BODY
     extern __shared__ uint4 smem[];
     constexpr int LD = DP + PAD, KC = DP / 16, DN = DP / 8, NB = BC / 8;
-    uint16_t *sK = (uint16_t *)smem, *sV = sK + BC * LD;
+    /* two stages, each a K tile then a V tile (pointer arithmetic, not a pointer array: a
+     * run-time index into a local array would live in local memory) */
+    uint16_t *const s0 = (uint16_t *)smem;
+    constexpr int STAGE = 2 * BC * LD;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     const int64_t nqt = (p.T + BR - 1) / BR;
     const int64_t bh = blockIdx.x / nqt, q0 = (nqt - 1 - blockIdx.x % nqt) * BR;
@@ -183,14 +203,19 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(T *o, float *lse, const T
     const uint64_t off = p.offset + (drop ? *base : 0);
     const uint16_t *qg = (const uint16_t *)q + bh * p.T * D, *kg = (const uint16_t *)k + bh * p.S * D,
                    *vg = (const uint16_t *)v + bh * p.S * D;
+    const int64_t kend = p.causal ? (q0 + BR < p.S ? q0 + BR : p.S) : p.S; /* keys j < kend */
 
-    /* Q: through sK into registers, once */
-    load_tile<DP>(sK, qg, q0, BR, p.T, D);
+    /* Q through stage 1's K buffer into registers, beside the first key tile's copies */
+    load_tile_async<DP>(s0 + STAGE, qg, q0, BR, p.T, D);
+    load_tile_async<DP>(s0, kg, 0, BC, p.S, D);
+    load_tile_async<DP>(s0 + BC * LD, vg, 0, BC, p.S, D);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[KC][4];
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) lda_row(qf[kc], sK, LD, warp * 16, kc * 16, lane);
-    __syncthreads();
+    for (int kc = 0; kc < KC; kc++) lda_row(qf[kc], s0 + STAGE, LD, warp * 16, kc * 16, lane);
+    __syncthreads(); /* stage 1 takes the second key tile next */
 
     int64_t ri[2];
     ri[0] = q0 + warp * 16 + (lane >> 2);
@@ -199,11 +224,21 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(T *o, float *lse, const T
     float acc[DN][4];
 #pragma unroll
     for (int dn = 0; dn < DN; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
-    const int64_t kend = p.causal ? (q0 + BR < p.S ? q0 + BR : p.S) : p.S; /* keys j < kend */
-    for (int64_t j0 = 0; j0 < kend; j0 += BC) {
-        load_tile<DP>(sK, kg, j0, BC, p.S, D);
-        load_tile<DP>(sV, vg, j0, BC, p.S, D);
+    for (int64_t j0 = 0, it = 0; j0 < kend; j0 += BC, it++) {
+        /* the next tile's copies fly while this one is used */
+        if (j0 + BC < kend) {
+            uint16_t *nk = s0 + ((it + 1) & 1) * STAGE;
+            load_tile_async<DP>(nk, kg, j0 + BC, BC, p.S, D);
+            load_tile_async<DP>(nk + BC * LD, vg, j0 + BC, BC, p.S, D);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
+        const uint16_t *sK = s0 + (it & 1) * STAGE, *sV = sK + BC * LD;
+        /* masks only where a key can be past S or after a query (causal) */
+        const bool edge = j0 + BC > p.S || (p.causal && j0 + BC - 1 > q0);
         float s[NB][4];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
@@ -222,7 +257,7 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(T *o, float *lse, const T
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1;
                 const int64_t j = j0 + nb * 8 + 2 * t + (e & 1);
-                const float x = (j >= p.S || (p.causal && j > ri[r])) ? -INFINITY : s[nb][e] * scale;
+                const float x = (edge && (j >= p.S || (p.causal && j > ri[r]))) ? -INFINITY : s[nb][e] * scale;
                 s[nb][e] = x;
                 mx[r] = fmaxf(mx[r], x);
             }
@@ -288,13 +323,15 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(T *o, float *lse, const T
 
 /* grid: one block per (b*H+h, 64-query tile) */
 template <typename T, int DP>
-__global__ void __launch_bounds__(NT) flash_dq_kernel(T *dq, const T *dout, const T *q, const T *k, const T *v,
+__global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, const T *dout, const T *q, const T *k, const T *v,
                                                       const float *lse, const float *delta, dlt_sdpa_params p,
                                                       const uint64_t *base, float keep_scale) {
 #ifdef DLT_FLASH_BODY
     extern __shared__ uint4 smem[];
     constexpr int LD = DP + PAD, KC = DP / 16, DN = DP / 8, NB = BC / 8;
-    uint16_t *sQ = (uint16_t *)smem, *sO = sQ + BR * LD, *sK = sO + BR * LD, *sV = sK + BC * LD;
+    /* Q, dO, then two stages of a K tile and a V tile */
+    uint16_t *sQ = (uint16_t *)smem, *sO = sQ + BR * LD, *s0 = sO + BR * LD;
+    constexpr int STAGE = 2 * BC * LD;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     const int64_t nqt = (p.T + BR - 1) / BR;
     const int64_t bh = blockIdx.x / nqt, q0 = (nqt - 1 - blockIdx.x % nqt) * BR;
@@ -303,8 +340,11 @@ __global__ void __launch_bounds__(NT) flash_dq_kernel(T *dq, const T *dout, cons
     const bool drop = p.dropout_p > 0.0;
     const uint64_t off = p.offset + (drop ? *base : 0);
     const uint16_t *kg = (const uint16_t *)k + bh * p.S * D, *vg = (const uint16_t *)v + bh * p.S * D;
-    load_tile<DP>(sQ, (const uint16_t *)q + bh * p.T * D, q0, BR, p.T, D);
-    load_tile<DP>(sO, (const uint16_t *)dout + bh * p.T * D, q0, BR, p.T, D);
+    load_tile_async<DP>(sQ, (const uint16_t *)q + bh * p.T * D, q0, BR, p.T, D);
+    load_tile_async<DP>(sO, (const uint16_t *)dout + bh * p.T * D, q0, BR, p.T, D);
+    load_tile_async<DP>(s0, kg, 0, BC, p.S, D);
+    load_tile_async<DP>(s0 + BC * LD, vg, 0, BC, p.S, D);
+    cp_async_commit();
 
     int64_t ri[2];
     ri[0] = q0 + warp * 16 + (lane >> 2);
@@ -319,10 +359,19 @@ __global__ void __launch_bounds__(NT) flash_dq_kernel(T *dq, const T *dout, cons
 #pragma unroll
     for (int dn = 0; dn < DN; dn++) g[dn][0] = g[dn][1] = g[dn][2] = g[dn][3] = 0.0f;
     const int64_t kend = p.causal ? (q0 + BR < p.S ? q0 + BR : p.S) : p.S;
-    for (int64_t j0 = 0; j0 < kend; j0 += BC) {
-        load_tile<DP>(sK, kg, j0, BC, p.S, D);
-        load_tile<DP>(sV, vg, j0, BC, p.S, D);
+    for (int64_t j0 = 0, it = 0; j0 < kend; j0 += BC, it++) {
+        if (j0 + BC < kend) {
+            uint16_t *nk = s0 + ((it + 1) & 1) * STAGE;
+            load_tile_async<DP>(nk, kg, j0 + BC, BC, p.S, D);
+            load_tile_async<DP>(nk + BC * LD, vg, j0 + BC, BC, p.S, D);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads(); /* (the first pass also publishes sQ, sO) */
+        const uint16_t *sK = s0 + (it & 1) * STAGE, *sV = sK + BC * LD;
+        const bool edge = j0 + BC > p.S || q0 + BR > p.T || (p.causal && j0 + BC - 1 > q0);
         float s[NB][4], dp[NB][4];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
@@ -348,7 +397,7 @@ __global__ void __launch_bounds__(NT) flash_dq_kernel(T *dq, const T *dout, cons
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1;
                 const int64_t j = j0 + nb * 8 + 2 * t + (e & 1);
-                const bool vis = ri[r] < p.T && j < p.S && !(p.causal && j > ri[r]);
+                const bool vis = !edge || (ri[r] < p.T && j < p.S && !(p.causal && j > ri[r]));
                 const float pv = vis ? expf(s[nb][e] * scale - ls[r]) : 0.0f;
                 const float z = (drop && vis) ? zmul(p, off, bh, ri[r], j, keep_scale) : 1.0f;
                 s[nb][e] = pv * (dp[nb][e] * z - dl[r]); /* dS */
@@ -366,6 +415,7 @@ __global__ void __launch_bounds__(NT) flash_dq_kernel(T *dq, const T *dout, cons
         }
         __syncthreads();
     }
+    cp_async_wait<0>(); /* nothing in flight at exit (no key tile) */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (ri[r] >= p.T) continue;
@@ -383,14 +433,16 @@ __global__ void __launch_bounds__(NT) flash_dq_kernel(T *dq, const T *dout, cons
 
 /* grid: one block per (b*H+h, 64-key tile); rows of the warp's accumulators are keys */
 template <typename T, int DP>
-__global__ void __launch_bounds__(NT) flash_dkv_kernel(T *dk, T *dv, const T *dout, const T *q, const T *k,
+__global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dkv_kernel(T *dk, T *dv, const T *dout, const T *q, const T *k,
                                                        const T *v, const float *lse, const float *delta,
                                                        dlt_sdpa_params p, const uint64_t *base, float keep_scale) {
 #ifdef DLT_FLASH_BODY
     extern __shared__ uint4 smem[];
     constexpr int LD = DP + PAD, KC = DP / 16, DN = DP / 8, NB = BQ / 8;
-    uint16_t *sK = (uint16_t *)smem, *sV = sK + BR * LD, *sQ = sV + BR * LD, *sO = sQ + BQ * LD;
-    float *sL = (float *)(sO + BQ * LD), *sD = sL + BQ;
+    /* K, V, then two stages of a Q tile and a dO tile; then the stages' lse and delta */
+    uint16_t *sK = (uint16_t *)smem, *sV = sK + BR * LD, *s0 = sV + BR * LD;
+    constexpr int STAGE = 2 * BQ * LD;
+    float *sL0 = (float *)(s0 + 2 * STAGE); /* stage x: lse at sL0 + 2 x BQ, delta BQ after */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     const int64_t nkt = (p.S + BR - 1) / BR;
     const int64_t bh = blockIdx.x / nkt, j0 = (blockIdx.x % nkt) * BR; /* low j0 first: most work when causal */
@@ -399,8 +451,9 @@ __global__ void __launch_bounds__(NT) flash_dkv_kernel(T *dk, T *dv, const T *do
     const bool drop = p.dropout_p > 0.0;
     const uint64_t off = p.offset + (drop ? *base : 0);
     const uint16_t *qg = (const uint16_t *)q + bh * p.T * D, *og = (const uint16_t *)dout + bh * p.T * D;
-    load_tile<DP>(sK, (const uint16_t *)k + bh * p.S * D, j0, BR, p.S, D);
-    load_tile<DP>(sV, (const uint16_t *)v + bh * p.S * D, j0, BR, p.S, D);
+    load_tile_async<DP>(sK, (const uint16_t *)k + bh * p.S * D, j0, BR, p.S, D);
+    load_tile_async<DP>(sV, (const uint16_t *)v + bh * p.S * D, j0, BR, p.S, D);
+    cp_async_commit();
 
     int64_t rj[2];
     rj[0] = j0 + warp * 16 + (lane >> 2);
@@ -412,15 +465,31 @@ __global__ void __launch_bounds__(NT) flash_dkv_kernel(T *dk, T *dv, const T *do
         for (int e = 0; e < 4; e++) gk[dn][e] = gv[dn][e] = 0.0f;
     /* causal: queries i >= j0 only; a key past the last query gets zero gradients */
     const int64_t i_first = p.causal ? (j0 / BQ) * BQ : 0;
-    for (int64_t i0 = i_first; i0 < p.T; i0 += BQ) {
-        load_tile<DP>(sQ, qg, i0, BQ, p.T, D);
-        load_tile<DP>(sO, og, i0, BQ, p.T, D);
+    /* stage x of query tile i0: Q, dO copies in flight, lse and delta stored */
+    auto load_q = [&](int x, int64_t i0) {
+        uint16_t *sq = s0 + x * STAGE;
+        load_tile_async<DP>(sq, qg, i0, BQ, p.T, D);
+        load_tile_async<DP>(sq + BQ * LD, og, i0, BQ, p.T, D);
+        cp_async_commit();
         if (threadIdx.x < BQ) {
             const int64_t i = i0 + threadIdx.x;
-            sL[threadIdx.x] = i < p.T ? lse[bh * p.T + i] : 0.0f;
-            sD[threadIdx.x] = i < p.T ? delta[bh * p.T + i] : 0.0f;
+            sL0[2 * x * BQ + threadIdx.x] = i < p.T ? lse[bh * p.T + i] : 0.0f;
+            sL0[2 * x * BQ + BQ + threadIdx.x] = i < p.T ? delta[bh * p.T + i] : 0.0f;
+        }
+    };
+    if (i_first < p.T) load_q(0, i_first);
+    for (int64_t i0 = i_first, it = 0; i0 < p.T; i0 += BQ, it++) {
+        if (i0 + BQ < p.T) {
+            load_q((int)((it + 1) & 1), i0 + BQ);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads(); /* (the first pass also publishes sK, sV) */
+        const int x = (int)(it & 1);
+        const uint16_t *sQ = s0 + x * STAGE, *sO = sQ + BQ * LD;
+        const float *sL = sL0 + 2 * x * BQ, *sD = sL + BQ;
+        const bool edge = i0 + BQ > p.T || j0 + BR > p.S || (p.causal && j0 + BR - 1 > i0);
         float s[NB][4], dp[NB][4]; /* S^T and dP^T: 16 keys x BQ queries */
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
@@ -446,7 +515,7 @@ __global__ void __launch_bounds__(NT) flash_dkv_kernel(T *dk, T *dv, const T *do
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1, c = nb * 8 + 2 * t + (e & 1);
                 const int64_t i = i0 + c, j = rj[r];
-                const bool vis = i < p.T && j < p.S && !(p.causal && j > i);
+                const bool vis = !edge || (i < p.T && j < p.S && !(p.causal && j > i));
                 const float pv = vis ? expf(s[nb][e] * scale - sL[c]) : 0.0f;
                 const float z = (drop && vis) ? zmul(p, off, bh, i, j, keep_scale) : 1.0f;
                 s[nb][e] = pv * (dp[nb][e] * z - sD[c]); /* dS^T */
@@ -466,8 +535,9 @@ __global__ void __launch_bounds__(NT) flash_dkv_kernel(T *dk, T *dv, const T *do
                 mma<T>(gk[dn], as, b0, b1);
             }
         }
-        __syncthreads(); /* the next query tile overwrites sQ, sO, sL, sD */
+        __syncthreads(); /* the tile after next overwrites this stage */
     }
+    cp_async_wait<0>(); /* nothing in flight at exit (no query tile: K, V unused) */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (rj[r] >= p.S) continue;
