@@ -226,6 +226,41 @@ __global__ void ce_bwd_kernel(D *__restrict__ dx, const T *__restrict__ x, const
     }
 }
 
+/* The same gradient for 16-bit logits and gradients with K % 8 == 0 and 16-byte aligned
+ * rows: a row per grid row (its target, log-sum-exp and scale read once), 8 columns per
+ * thread in one 16-byte load and store (the flat kernel took 4.5 ms for GPT-2's 16384 x
+ * 50304 bf16 logits on an H200, ~0.7 TB/s). */
+template <typename T, typename D, typename I>
+__global__ void ce_bwd_vec_kernel(D *__restrict__ dx, const T *__restrict__ x, const I *__restrict__ tg,
+                                  const float *__restrict__ saved, const float *__restrict__ dloss, int64_t N,
+                                  int64_t K, CeArgs a) {
+    static_assert(sizeof(T) == 2 && sizeof(D) == 2, "16-bit logits and gradients");
+    float g0 = a.reduction == DLT_REDUCTION_NONE ? 0.0f : dloss[0];
+    if (a.reduction == DLT_REDUCTION_MEAN) g0 /= saved[N];
+    const float smooth = a.ls / (float)a.C;
+    const int64_t kv = K / 8;
+    for (int64_t i = blockIdx.y; i < N; i += gridDim.y) {
+        const int64_t t = (int64_t)tg[i];
+        const bool zero = t == a.ignore, bad = !zero && (t < 0 || t >= a.C);
+        const float g = a.reduction == DLT_REDUCTION_NONE ? dloss[i] : g0, lse = saved[i];
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < kv; c += (int64_t)gridDim.x * blockDim.x) {
+            Vec16<T> in;
+            Vec16<D> out;
+            in.raw = ((const uint4 *)(x + i * K))[c];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int64_t j = c * 8 + e;
+                float o;
+                if (zero || j >= a.C) o = 0.0f;
+                else if (bad) o = NAN;
+                else o = g * (expf(to_f<T>(in.v[e]) - lse) - ((j == t ? 1.0f - a.ls : 0.0f) + smooth));
+                out.v[e] = from_f<D>(o);
+            }
+            ((uint4 *)(dx + i * K))[c] = out.raw;
+        }
+    }
+}
+
 /* Warp-level argmax; (v, i) pairs with i < 0 meaning "no element". */
 __device__ __forceinline__ void argmax_take(float &bv, int64_t &bi, float v, int64_t i) {
     bool take;
@@ -301,6 +336,15 @@ dlt_status launch_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss
     const T *x = (const T *)dlt__data(logits);
     const I *tg = (const I *)dlt__data(targets);
     const float *sv = (const float *)dlt__data(saved), *dl = (const float *)dlt__data(dloss);
+    if constexpr (sizeof(T) == 2 && sizeof(D) == 2) {
+        if (K % 8 == 0 && vec16_ok(N * K, 8, x, dx)) {
+            const int64_t bx = (K / 8 + 255) / 256;
+            const dim3 grid((unsigned)(bx < 65535 ? bx : 65535), (unsigned)(N < 65535 ? N : 65535));
+            if (N > 0 && K > 0) ce_bwd_vec_kernel<T, D, I><<<grid, 256, 0, st>>>(dx, x, tg, sv, dl, N, K, a);
+            DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy_backward");
+            return DLT_OK;
+        }
+    }
     if (N * K < ((int64_t)1 << 30)) /* 32-bit index math (64-bit division is slow) */
         ce_bwd_kernel<T, D, I, uint32_t><<<grid_for(N * K, 256), 256, 0, st>>>(
             dx, x, tg, sv, dl, (uint32_t)N, (uint32_t)K, a);

@@ -55,10 +55,16 @@ DLT_HD dlt_philox_out dlt__philox(uint64_t seed, uint64_t counter) {
 /* 24 random bits -> float in [0, 1): exact in fp32, so both backends agree bit for bit. */
 DLT_HD float dlt__u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
+/* word k (0..3) of o by selects: a run-time index would put o in GPU local memory */
+DLT_HD uint32_t dlt__philox_word(const dlt_philox_out *o, uint32_t k) {
+    const uint32_t lo = (k & 1u) ? o->v[1] : o->v[0], hi = (k & 1u) ? o->v[3] : o->v[2];
+    return (k & 2u) ? hi : lo;
+}
+
 /* Uniform value for logical element i of a fill that starts at generator offset off. */
 DLT_HD float dlt__philox_uniform(uint64_t seed, uint64_t off, uint64_t i) {
     dlt_philox_out o = dlt__philox(seed, off + i / 4);
-    return dlt__u32_to_unit(o.v[i % 4]);
+    return dlt__u32_to_unit(dlt__philox_word(&o, (uint32_t)(i % 4)));
 }
 
 /* Standard normal value for element i. Box-Muller in double precision (then rounded) so
@@ -67,8 +73,8 @@ DLT_HD double dlt__philox_normal(uint64_t seed, uint64_t off, uint64_t i) {
     dlt_philox_out o = dlt__philox(seed, off + i / 4);
     uint32_t pair = (uint32_t)(i % 4) / 2u;
     /* u1 in (0, 1] so log(u1) is finite */
-    double u1 = ((double)(o.v[2 * pair] >> 8) + 1.0) * (1.0 / 16777216.0);
-    double u2 = (double)(o.v[2 * pair + 1] >> 8) * (1.0 / 16777216.0);
+    double u1 = ((double)(dlt__philox_word(&o, 2 * pair) >> 8) + 1.0) * (1.0 / 16777216.0);
+    double u2 = (double)(dlt__philox_word(&o, 2 * pair + 1) >> 8) * (1.0 / 16777216.0);
     double r = sqrt(-2.0 * log(u1));
     double th = 6.283185307179586 * u2;
     return (i % 2 == 0) ? r * cos(th) : r * sin(th);

@@ -85,6 +85,9 @@ static const ot_case CASES[] = {
      {0}, DLT_F32, {CE, DLT_REDUCTION_SUM, -100}},
     {"cross_entropy 70 x 1000, none, ignore 0", fwd, ref, 2, {LOGITS(2, 70, 1000), {OT_I64, 1, {70}, 0, 4, 0}}, 1,
      {70}, DLT_F32, {CE, DLT_REDUCTION_NONE, 0}},
+    /* K a multiple of 8: CUDA's 16-bit gradient kernel (8 columns per thread; f16/bf16 rows) */
+    {"cross_entropy 96 x 264, mean, smoothing 0.1, ignore 5", fwd, ref, 2,
+     {LOGITS(2, 96, 264), {OT_I64, 1, {96}, 0, 264, 0}}, 0, {0}, DLT_F32, {CE, DLT_REDUCTION_MEAN, 5}, {0.1}},
     {"mse mean", fwd, ref, 2, {LOGITS(2, 4, 3), {OT_X, 2, {4, 3}, -1, 1, 0}}, 0, {0}, DLT_F32, {MSE, 0}},
     {"mse none, broadcast target", fwd, ref, 2, {LOGITS(2, 4, 3), {OT_X, 1, {3}, -1, 1, 0}}, 2, {4, 3}, DLT_F32,
      {MSE, DLT_REDUCTION_NONE}},
