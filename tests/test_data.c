@@ -779,6 +779,77 @@ static void test_cursor_replay(void) {
     dlt_dataset_destroy(ds);
 }
 
+/* dlt_loader_seek: after replays (device cursor only) the host catches up, and the eager
+ * calls that follow take the batches an all-eager run takes (the examples' graph mode ends
+ * each epoch's replays with a seek, then runs the tail eagerly) */
+static void test_seek(void) {
+    dlt_dataset *ds = NULL;
+    dlt_loader *eager = NULL, *ld = NULL, *fresh = NULL;
+    CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 50, 10, 2, 0, &ds));
+    CHECK_OK(dlt_loader_create(ds, 8, 1, 0, 5, &eager));
+    CHECK_OK(dlt_loader_create(ds, 8, 1, 0, 5, &ld));
+    CHECK_OK(dlt_loader_create(ds, 8, 1, 0, 5, &fresh));
+    CHECK_OK(dlt_loader_set_augment(eager, 2, 1));
+    CHECK_OK(dlt_loader_set_augment(ld, 2, 1));
+    CHECK_OK(dlt_loader_set_augment(fresh, 2, 1));
+    float *want[7] = {0};
+    int32_t wlab[7] = {0};
+    dlt_tensor *x = NULL, *y = NULL;
+    int32_t has = 0;
+    for (int b = 0; b < 7; b++) { /* 6 full batches of 8, then 2 rows */
+        CHECK_OK(dlt_loader_next(eager, &x, &y, &has));
+        REQUIRE(has);
+        want[b] = th_read_f32(x);
+        wlab[b] = label_at(y, 0);
+    }
+    CHECK(dlt_loader_position(ld) == 0, "position before the first call: %lld", (long long)dlt_loader_position(ld));
+    /* one eager batch, three "replays", then the seek */
+    CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+    g_ctx->capturing = 1;
+    for (int k = 0; k < 3; k++) CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+    CHECK_STATUS(dlt_loader_seek(ld, 4), DLT_ERR_INVALID_STATE);
+    g_ctx->capturing = 0;
+    CHECK(dlt_loader_position(ld) == 1, "replays leave the host at 1: %lld", (long long)dlt_loader_position(ld));
+    CHECK_OK(dlt_loader_seek(ld, dlt_loader_position(ld) + 3));
+    CHECK(dlt_loader_position(ld) == 4);
+    const dlt_data_cursor *cur = (const dlt_data_cursor *)dlt__data(ld->cursor);
+    CHECK(cur->batch == 4 && cur->epoch == 0, "device cursor %lld/%lld", (long long)cur->batch, (long long)cur->epoch);
+    for (int b = 4; b < 7; b++) {
+        CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+        REQUIRE(has);
+        CHECK(dlt_tensor_dim(x, 0) == (b == 6 ? 2 : 8), "batch %d has %lld rows", b, (long long)dlt_tensor_dim(x, 0));
+        float *got = th_read_f32(x);
+        REQUIRE(got);
+        CHECK(memcmp(got, want[b], (size_t)dlt_tensor_dim(x, 0) * IMG * sizeof(float)) == 0,
+              "batch %d after the seek equals the eager run's", b);
+        CHECK(label_at(y, 0) == wlab[b]);
+        free(got);
+    }
+    CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+    CHECK(!has, "the epoch ends after batch 6");
+    /* out of range: refused, nothing moved; the count itself means "at the end" */
+    CHECK_OK(dlt_loader_seek(ld, 2));
+    CHECK_STATUS(dlt_loader_seek(ld, -1), DLT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dlt_loader_seek(ld, 8), DLT_ERR_INVALID_ARGUMENT);
+    CHECK(dlt_loader_position(ld) == 2 && cur->batch == 2);
+    CHECK_OK(dlt_loader_seek(ld, 7));
+    CHECK_OK(dlt_loader_next(ld, &x, &y, &has));
+    CHECK(!has, "seek to the count: at the end");
+    CHECK_STATUS(dlt_loader_seek(NULL, 0), DLT_ERR_NULL_POINTER);
+    /* before any epoch: epoch 0 starts, then the position */
+    CHECK_OK(dlt_loader_seek(fresh, 5));
+    CHECK_OK(dlt_loader_next(fresh, &x, &y, &has));
+    float *got = th_read_f32(x);
+    REQUIRE(got);
+    CHECK(memcmp(got, want[5], 8 * IMG * sizeof(float)) == 0, "a fresh loader seeked to 5 takes batch 5");
+    free(got);
+    for (int b = 0; b < 7; b++) free(want[b]);
+    dlt_loader_destroy(eager);
+    dlt_loader_destroy(ld);
+    dlt_loader_destroy(fresh);
+    dlt_dataset_destroy(ds);
+}
+
 static void test_synthetic(void) {
     dlt_dataset *a = NULL, *b = NULL, *c = NULL;
     CHECK_OK(dlt_synthetic_dataset_create(g_ctx, 300, 10, 77, 1, &a));
@@ -1104,6 +1175,7 @@ int main(void) {
     RUN(test_dtypes_and_formats);
     RUN(test_augment);
     RUN(test_cursor_replay);
+    RUN(test_seek);
     RUN(test_synthetic);
     RUN(test_loader_refusals);
     RUN(test_allocation_failures);

@@ -208,6 +208,17 @@ DLT_API DLT_NODISCARD dlt_status dlt_loader_start_epoch(dlt_loader *ld, int64_t 
  */
 DLT_API DLT_NODISCARD dlt_status dlt_loader_next(dlt_loader *ld, dlt_tensor **x, dlt_tensor **y,
                                                  int32_t *has_batch);
+/** Moves the current epoch's position to batch `batch` (0..dlt_loader_num_batches; the
+ *  count means "at the end"), on the host and in the device cursor: after n replays of a
+ *  captured step that took one batch each (replays move only the device cursor), seek to
+ *  the host's position + n and eager dlt_loader_next calls continue where the replays
+ *  stopped. Starts epoch 0 first if no epoch has started. Like dlt_token_loader_seek.
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (batch out of range,
+ *          nothing moved); DLT_ERR_INVALID_STATE (inside a capture). */
+DLT_API DLT_NODISCARD dlt_status dlt_loader_seek(dlt_loader *ld, int64_t batch);
+/** The current epoch's position on the host: the index of the batch dlt_loader_next takes
+ *  next (dlt_loader_num_batches at the end; 0 before the first call). */
+DLT_API int64_t dlt_loader_position(const dlt_loader *ld);
 /** Batches per epoch (196 for 50,000 images at 256 without drop_last). */
 DLT_API int64_t dlt_loader_num_batches(const dlt_loader *ld);
 /** The batch size given at creation (0 for NULL). */

@@ -596,6 +596,26 @@ dlt_status dlt_loader_next(dlt_loader *ld, dlt_tensor **x, dlt_tensor **y, int32
     return DLT_OK;
 }
 
+dlt_status dlt_loader_seek(dlt_loader *ld, int64_t batch) {
+    static const char *F = "dlt_loader_seek";
+    DLT_NULL_CHECK(ld, F);
+    dlt_ctx *ctx = ld->ctx;
+    DLT_CHECK(dlt__ctx_ok(ctx, F));
+    if (ctx->capturing)
+        return dlt__err(DLT_ERR_INVALID_STATE, F, "seeking inside a captured step would rewind on every "
+                        "replay: seek eagerly between replays");
+    if (batch < 0 || batch > ld->num_batches)
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "batch %lld is outside 0..%lld (the epoch's batches)",
+                        (long long)batch, (long long)ld->num_batches);
+    if (!ld->started || ld->ended) /* what the next dlt_loader_next would start */
+        DLT_CHECK(dlt_loader_start_epoch(ld, ld->started ? ld->epoch + 1 : 0));
+    DLT_CHECK(ctx->be->data_cursor_set(ctx, (dlt_data_cursor *)dlt__data(ld->cursor), batch, ld->epoch));
+    ld->batch = batch;
+    return DLT_OK;
+}
+
+int64_t dlt_loader_position(const dlt_loader *ld) { return ld && ld->started && !ld->ended ? ld->batch : 0; }
+
 int64_t dlt_loader_num_batches(const dlt_loader *ld) { return ld ? ld->num_batches : 0; }
 int64_t dlt_loader_batch_size(const dlt_loader *ld) { return ld ? ld->batch_size : 0; }
 

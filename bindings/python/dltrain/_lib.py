@@ -326,6 +326,8 @@ _SIGNATURES = {
     "dlt_loader_set_augment": (STATUS, [PTR, I32, I32]),
     "dlt_loader_start_epoch": (STATUS, [PTR, I64]),
     "dlt_loader_next": (STATUS, [PTR, P(PTR), P(PTR), P(I32)]),
+    "dlt_loader_seek": (STATUS, [PTR, I64]),
+    "dlt_loader_position": (I64, [PTR]),
     "dlt_loader_num_batches": (I64, [PTR]),
     "dlt_loader_batch_size": (I64, [PTR]),
     "dlt_loader_epoch_order": (STATUS, [PTR, I64, P(I64), I64]),

@@ -396,6 +396,17 @@ class DataLoader(Handle):
         self._batch = (bx,) if by is None else (bx, by)
         return self._batch
 
+    def seek(self, batch):
+        """Moves the current epoch's position to batch (0..len(self)), host and device: after
+        n replays of a captured step that each took a batch, seek(position + n)."""
+        self._drop_batch()
+        check(lib.dlt_loader_seek(self.handle, int(batch)))
+
+    @property
+    def position(self):
+        """The index of the batch next() takes next in the current epoch."""
+        return int(lib.dlt_loader_position(self.handle))
+
     def __iter__(self):
         """One epoch: epoch 0 first, then 1, 2, ... on each new `for`."""
         self.start_epoch(self._epoch)

@@ -79,6 +79,16 @@ def test_tensor_dataset_batches_match_numpy():
             assert by.dtype == dltrain.int64 and by.tolist() == y[rows].tolist()
             seen += bx.shape[0]
         assert seen == 23
+    # seek: the position moves (host and device); the next batch is that batch of the epoch
+    ld.start_epoch(0)
+    assert ld.position == 0
+    ld.seek(3)
+    assert ld.position == 3
+    bx, by = ld.next()
+    rows = epoch_order(11, 0, 23)[15:20]
+    assert (bx.numpy() == x[rows].astype(np.float32)).all() and ld.position == 4
+    expect_error(dltrain.InvalidArgument, errors.ERR_INVALID_ARGUMENT, ld.seek, 6, contains="outside 0..5")
+    assert ld.position == 4
     # drop_last and half precision, against numpy's rounding
     ld = DataLoader(ds, batch_size=5, drop_last=True, dtype="f16")
     sizes = []
