@@ -18,6 +18,14 @@
  * Reading the loss synchronises with the GPU, as loss.item() does; --log-every 0 prints only
  * per epoch and lets the GPU run ahead.
  *
+ * --mode graph (train_step.h): each epoch's optimizer steps made of full batches replay one
+ * captured CUDA graph (the first is the capture's warm-up call); the loss is printed once
+ * per optimizer step, the last micro-batch's. Plain calls take the rest of the epoch: a
+ * group completing gradients carried from the last epoch, the short last batch, a group the
+ * epoch cannot finish. Same steps as --mode eager (the examples test compares the losses on
+ * the CPU, where the graph's step runs as plain calls); eager stays the default until a GPU
+ * run has checked graph mode on CUDA (scripts/device/gpu_check.sh, stage example).
+ *
  * Data parallel (--gpus N, or started by dltrain-run, torchrun or mpirun): one process per
  * GPU, as PyTorch's DDP recipe: each rank trains on its DistributedSampler shard with
  * --batch images per step, DDP averages the gradients (BatchNorm stays per GPU, its buffers
@@ -40,6 +48,7 @@
 #include "launch.h"
 #include "report.h"
 #include "train.h"
+#include "train_step.h"
 
 typedef struct options {
     const char *data, *save, *resume;
@@ -50,6 +59,7 @@ typedef struct options {
     int32_t format; /* -1 auto */
     uint64_t seed;
     int eval;
+    int32_t graph;    /* --mode graph: one captured CUDA graph per optimizer step */
     const char *json; /* --json FILE: the run record */
     int64_t gpus;     /* data-parallel processes (dist) */
 } options;
@@ -60,6 +70,8 @@ static const char *const AMP_NAMES[] = {"fp16", "bf16", "off", NULL};
 static const int32_t AMP_VALUES[] = {DLT_F16, DLT_BF16, -1};
 static const char *const DEVICE_NAMES[] = {"cuda", "cpu", NULL};
 static const int32_t DEVICE_VALUES[] = {DLT_DEVICE_CUDA, DLT_DEVICE_CPU};
+static const char *const MODE_NAMES[] = {"eager", "graph", NULL};
+static const int32_t MODE_VALUES[] = {0, 1};
 static const char *const FORMAT_NAMES[] = {"nchw", "nhwc", NULL};
 static const int32_t FORMAT_VALUES[] = {DLT_FORMAT_CONTIGUOUS, DLT_FORMAT_CHANNELS_LAST};
 
@@ -100,6 +112,9 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
         {"seed", CLI_INT, &seed, .lo = 0, .hi = INT64_MAX, .metavar = "N",
          .help = "seed for init, shuffling and synthetic data (0)"},
         {"eval", CLI_FLAG, &o->eval, .help = "test accuracy after each epoch"},
+        {"mode", CLI_CHOICE, &o->graph, .choices = MODE_NAMES, .values = MODE_VALUES, .metavar = "M",
+         .help = "eager (plain calls; the default until a GPU run has\nverified graph) or graph (one captured CUDA graph per\n"
+                 "optimizer step, replayed; the CPU runs plain calls)"},
         {"save", CLI_STRING, &o->save, .metavar = "FILE",
          .help = "checkpoint (model, optimizer, scaler, position) after each epoch"},
         {"resume", CLI_STRING, &o->resume, .metavar = "FILE", .help = "continue from a checkpoint"},
@@ -163,6 +178,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     dlt_grad_scaler *scaler = NULL;
     dlt_tensor **params = NULL;
     dlt_tensor *epoch_loss = NULL; /* --log-every 0: the epoch's last loss, read at its end */
+    dlt_tensor *loss_out = NULL;   /* the step's loss (train_step.h) */
+    dlt_graph *graph = NULL;
     dlt_comm *comm = NULL;
     dlt_ddp *ddp = NULL;
     report_run run;
@@ -271,6 +288,15 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         }
     }
 
+    /* the step, and its graph (on the CPU dlt_graph_create falls back to plain calls) */
+    train_step s = {.ctx = ctx, .loader = loader, .model = model, .ddp = ddp, .opt = opt, .scaler = scaler,
+                    .amp = o.amp, .accum = o.accum};
+    TRY(dlt_tensor_zeros(ctx, DLT_F32, NULL, 0, 0, &s.loss_out));
+    loss_out = s.loss_out;
+    const int use_graph = o.graph;
+    const int64_t full_batches = nb - (dlt_loader_num_samples(loader) % o.batch != 0);
+    int carry = 0; /* accumulating: the last epoch left an unfinished group's gradients */
+
     report_monitor_start(&run, o.device == DLT_DEVICE_CUDA ? 0 : -1);
     int stop = 0;
     double first_step_s = -1;
@@ -280,33 +306,67 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         double t0 = now_s(), t_steady = -1;
         int64_t i = 0, images = 0, images_steady = 0, steps_steady = 0;
         double last_loss = NAN;
-        dlt_tensor *x = NULL, *y = NULL;
         int32_t has = 0;
+        int last_in_graph = 0; /* the epoch's last loss is the graph's (s.loss_out) */
+        /* Graph mode: the epoch's optimizer steps made of full batches are replays of one
+         * captured step. Plain calls (the same step, a micro-batch at a time) take the rest:
+         * a group that completes gradients carried from the last epoch, the partial last
+         * batch, a group this epoch cannot finish, and everything with --eager. */
+        const int64_t head = carry ? o.accum : 0;
+        int64_t units = use_graph ? (full_batches - head) / o.accum : 0;
+        if (units > 0 && o.steps > 0) {
+            const int64_t left = (o.steps - global_step - head) / o.accum;
+            units = left < units ? (left > 0 ? left : 0) : units;
+        }
         for (;;) {
             if (o.steps > 0 && global_step >= o.steps) {
                 stop = 1;
                 break;
             }
-            TRY(dlt_loader_next(loader, &x, &y, &has));
-            if (!has) break;
-            dlt_tensor *logits = NULL, *loss = NULL, *scaled = NULL;
-            if (o.accum == 1) TRY(dlt_optimizer_zero_grad(opt, 1));
-            if (o.amp >= 0) TRY(dlt_autocast_begin(ctx, o.amp));
-            TRY(ddp ? dlt_ddp_forward(ddp, x, &logits) : dlt_module_forward(model, x, &logits));
-            TRY(dlt_cross_entropy(logits, y, -100, DLT_REDUCTION_MEAN, &loss));
-            if (o.accum > 1) {
-                dlt_tensor *div = NULL;
-                TRY(dlt_mul_scalar(loss, NULL, 1.0 / (double)o.accum, &div));
-                dlt_tensor_release(loss);
-                loss = div;
+            if (units > 0 && i == head) {
+                int64_t replays = 0; /* captured replays: they move the loader's device cursor only */
+                for (int64_t u = 0; u < units; u++) {
+                    if (!graph) {
+                        /* its warm-up call is this step (plain calls); the capture runs nothing */
+                        TRY(dlt_graph_create(ctx, train_step_run, &s, 1, &graph));
+                    } else {
+                        TRY(dlt_graph_run(graph));
+                        if (dlt_graph_is_captured(graph)) replays++;
+                    }
+                    images += o.batch * o.accum;
+                    images_steady += o.batch * o.accum;
+                    steps_steady += o.accum;
+                    /* a loss line when a logging step falls in this optimizer step */
+                    const int log_now = o.log_every > 0 &&
+                                        (global_step + o.accum - 1) / o.log_every * o.log_every >= global_step;
+                    if (log_now || first_step_s < 0) {
+                        TRY(dlt_tensor_item(s.loss_out, &last_loss));
+                        if (first_step_s < 0) { /* warm-up, capture and plans end with it */
+                            first_step_s = now_s() - t_start;
+                            t_steady = now_s();
+                            steps_steady = 0;
+                            images_steady = 0;
+                        }
+                    }
+                    if (log_now) {
+                        report_progress_clear(&run);
+                        printf("Epoch %lld, Loss: %.6f\n", (long long)epoch, last_loss);
+                        fflush(stdout);
+                    }
+                    i += o.accum;
+                    global_step += o.accum;
+                    report_progress(&run, epoch, i, nb);
+                }
+                if (replays) TRY(dlt_loader_seek(loader, dlt_loader_position(loader) + replays * o.accum));
+                last_in_graph = 1;
+                continue;
             }
-            if (o.amp >= 0) TRY(dlt_autocast_end(ctx));
-            dlt_tensor_release(logits);
-            TRY(dlt_grad_scaler_scale(scaler, loss, &scaled));
+            if (o.accum == 1) TRY(dlt_optimizer_zero_grad(opt, 1));
+            dlt_tensor *loss = NULL;
+            int64_t rows = 0;
             /* DDP's no_sync on the micro-batches that do not step */
-            if (ddp) TRY(dlt_ddp_no_sync(ddp, o.accum > 1 && (i + 1) % o.accum != 0));
-            TRY(dlt_backward(scaled, NULL));
-            dlt_tensor_release(scaled);
+            TRY(train_micro_batch(&s, o.accum > 1 && (i + 1) % o.accum != 0, &has, &rows, &loss));
+            if (!has) break;
             if (o.accum == 1 || (i + 1) % o.accum == 0) {
                 TRY(dlt_grad_scaler_step(scaler, opt));
                 TRY(dlt_grad_scaler_update(scaler));
@@ -315,8 +375,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
                     TRY(dlt_empty_cache(ctx));
                 }
             }
-            images += dlt_tensor_dim(x, 0);
-            images_steady += dlt_tensor_dim(x, 0);
+            images += rows;
+            images_steady += rows;
             steps_steady++;
             int log_now = o.log_every > 0 && (global_step % o.log_every == 0);
             if (log_now || first_step_s < 0) {
@@ -339,17 +399,20 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
             } else {
                 dlt_tensor_release(loss);
             }
+            last_in_graph = 0;
             i++;
             global_step++;
             report_progress(&run, epoch, i, nb);
         }
+        carry = o.accum > 1 && i % o.accum != 0;
         TRY(dlt_ctx_synchronize(ctx));
         double dt = now_s() - t0;
         report_progress_clear(&run);
         if (i == 0) break;
         if (o.log_every == 0) {
             /* (it printed nan from the second epoch on when only the first step's loss was read) */
-            if (epoch_loss) TRY(dlt_tensor_item(epoch_loss, &last_loss));
+            if (last_in_graph) TRY(dlt_tensor_item(s.loss_out, &last_loss));
+            else if (epoch_loss) TRY(dlt_tensor_item(epoch_loss, &last_loss));
             dlt_tensor_release(epoch_loss);
             epoch_loss = NULL;
             printf("Epoch %lld, Loss: %.6f\n", (long long)epoch, last_loss);
@@ -399,6 +462,8 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     }
     exit_code = 0;
 fail:
+    dlt_graph_destroy(graph);
+    dlt_tensor_release(loss_out);
     dlt_tensor_release(epoch_loss);
     report_monitor_stop(&run);
     report_fini(&run);

@@ -248,6 +248,12 @@ if has example; then
   ./build-gpu/examples/grad_accum --epochs 1 --log-every 49 >"$OUT/example-grad-accum.txt" 2>&1
   note "grad_accum 1 epoch synthetic rc=$?: $(grep -E '^epoch 0' "$OUT/example-grad-accum.txt" | head -1)"
   ./build-gpu/examples/resnet50_cifar10 --data .device/cifar10 --epochs 3 --eval --log-every 20 >"$OUT/example-real.txt" 2>&1
+  # --mode graph (one captured step, replayed) beside eager: same seed, the losses should track
+  for m in eager graph; do
+    ./build-gpu/examples/resnet50_cifar10 --data .device/cifar10 --epochs 3 --eval --log-every 0 --mode $m \
+      >"$OUT/example-mode-$m.txt" 2>&1
+    note "resnet50_cifar10 --mode $m rc=$?: $(grep -E '^Epoch|^epoch [0-9]' "$OUT/example-mode-$m.txt" | tr '\n' ' ' | cut -c1-400)"
+  done
   note "resnet50_cifar10 3 epochs real subset rc=$?: $(grep -E '^epoch 2' "$OUT/example-real.txt" | head -1)"
   DLTRAIN_LIBRARY=$(pwd)/build-gpu/libdltrain.so PYTHONPATH=$(pwd)/bindings/python \
     python3 examples/python/resnet50_cifar10.py --device cuda --steps 20 >"$OUT/example-python.txt" 2>&1
