@@ -12,13 +12,16 @@
  *   - state names, parameter counts, the tied head (one tensor), GPT-2's init statistics;
  *   - generation: deterministic for a seed, tokens in range, temperature/top_k limits;
  *   - errors: a sequence longer than the block, float indices, a mismatched file (named,
- *     model unchanged), bad configurations.
+ *     model unchanged), bad configurations;
+ *   - memory: c_proj keeps the GELU's input for its backward, not its output (recomputed;
+ *     the golden gradients above cover the values), read from the tape after a forward.
  */
 #include <math.h>
 #include <stdint.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "../lib/core/internal.h" /* the tape's nodes (fields only) */
 
 static dlt_ctx *g_ctx;
 static char g_dir[1024];
@@ -299,6 +302,45 @@ static void test_structure_and_init(void) {
     dlt_module_destroy(m);
 }
 
+/* After a forward, every 4C-wide input a linear saved is a GELU's saved input (the same
+ * storage): no block keeps its GELU output. Under autocast bf16 and in f32. */
+static void test_mlp_keeps_gelu_input(void) {
+    for (int ac = 0; ac < 2; ac++) {
+        dlt_gpt_config c;
+        CHECK_OK(dlt_gpt_config_preset("tiny", &c));
+        dlt_module *m = NULL;
+        CHECK_OK(dlt_gpt_create(g_ctx, &c, &m));
+        const int64_t s[2] = {2, 16};
+        dlt_tensor *idx = NULL, *loss = NULL;
+        CHECK_OK(dlt_tensor_zeros(g_ctx, DLT_I64, s, 2, 0, &idx));
+        if (ac) CHECK_OK(dlt_autocast_begin(g_ctx, DLT_BF16));
+        CHECK_OK(dlt_gpt_forward(m, idx, idx, NULL, &loss));
+        if (ac) CHECK_OK(dlt_autocast_end(g_ctx));
+        const dlt_storage *gelu_in[16];
+        int ng = 0, checked = 0;
+        for (int64_t i = 0; i < g_ctx->tape.n; i++) {
+            const dlt_node *nd = g_ctx->tape.slots[i];
+            if (nd && !strcmp(nd->name, "gelu") && nd->n_saved > 0 && ng < 16) gelu_in[ng++] = nd->saved[0]->storage;
+        }
+        for (int64_t i = 0; i < g_ctx->tape.n; i++) {
+            const dlt_node *nd = g_ctx->tape.slots[i];
+            if (!nd || strcmp(nd->name, "linear") || nd->n_saved < 1) continue;
+            const dlt_tensor *x = nd->saved[0];
+            if (x->ndim != 2 || x->shape[1] != 4 * c.n_embd) continue;
+            int found = 0;
+            for (int k = 0; k < ng; k++) found |= x->storage == gelu_in[k];
+            CHECK(found, "%s: a linear saved a [%lld, %lld] input that is not a GELU's input (its output?)",
+                  ac ? "bf16" : "f32", (long long)x->shape[0], (long long)x->shape[1]);
+            checked++;
+        }
+        CHECK(ng == c.n_layer && checked == c.n_layer, "%d GELU nodes and %d c_proj inputs for %d blocks", ng, checked,
+              c.n_layer);
+        CHECK_OK(dlt_backward(loss, NULL)); /* the recomputing backward runs */
+        dlt_tensor_release(loss), dlt_tensor_release(idx);
+        dlt_module_destroy(m);
+    }
+}
+
 static void test_generate(void) {
     dlt_module *m = load_model("tiny_nobias", 0);
     const int64_t prompt[3] = {1, 5, 9};
@@ -355,6 +397,7 @@ int main(void) {
     RUN(test_golden_nobias_padded);
     RUN(test_hf_interop);
     RUN(test_structure_and_init);
+    RUN(test_mlp_keeps_gelu_input);
     RUN(test_generate);
     RUN(test_errors);
     dlt_ctx_destroy(g_ctx);

@@ -389,6 +389,12 @@ void dlt__grad_scaler_set_found_inf_hook(dlt_grad_scaler *s, dlt__found_inf_hook
 dlt_status dlt__cross_entropy_padded(dlt_tensor *logits, dlt_tensor *targets, int64_t n_classes,
                                      int64_t ignore_index, int32_t reduction, double label_smoothing,
                                      const char *func, dlt_tensor **out);
+/* dlt_linear(x, w, bias) for x = act(h) (act a DLT_UN_* op of lib/kernel/unary.h with
+ * act_alpha, computed by the caller as its own recorded op): the tape saves h, not x, and the
+ * backward recomputes x for dw. Falls back to dlt_linear when x cannot be h's activation
+ * (shape, dtype or format differ) or autocast casts x. */
+dlt_status dlt__linear_recompute(dlt_tensor *x, dlt_tensor *h, int32_t act_op, double act_alpha, dlt_tensor *w,
+                                 dlt_tensor *bias, dlt_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -3,13 +3,17 @@
  * x [M,K] (or [..., K], viewed as rows), w [N,K], bias [N]; y [M,N] (or [..., N]). Autocast casts x, w, bias to the region's dtype
  * (the weight through its cached copy). Backward (saved x, w): dx = dy w, dw = dy^T x,
  * db = column sums of dy; dw/db go straight into the leaves when the dtypes allow.
+ * dlt__linear_recompute (internal): the same op for x = act(h), saving h instead of x and
+ * recomputing x in the backward (the GPT MLP: one [rows, 4C] activation less per layer,
+ * what torch.compile's partitioner does for cheap pointwise ops).
  */
 #include "ops_internal.h"
 
-static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+/* the backward with x given: saved (linear) or recomputed (linear_recompute_backward) */
+static dlt_status linear_backward_x(dlt_node *n, dlt_tensor *x, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(linear)";
     dlt_ctx *ctx = n->ctx;
-    dlt_tensor *x = n->saved[0], *w = n->saved[1], *dy = gout[0];
+    dlt_tensor *w = n->saved[1], *dy = gout[0];
     dlt_status st = DLT_OK;
     /* an empty dy (M == 0 or N == 0) makes every gradient zero; with K == 0 dx and dw are
      * empty; empty gradients need no kernel (kernels assume numel > 0) */
@@ -83,7 +87,30 @@ static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     return st;
 }
 
-static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out);
+static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    return linear_backward_x(n, n->saved[0], gout, gin);
+}
+
+/* dlt__linear_recompute: x = act(h) again, from the saved h; only dw needs it */
+typedef struct recompute_attr {
+    int32_t op;
+    double alpha;
+} recompute_attr;
+
+static dlt_status linear_recompute_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+    static const char *F = "dlt_backward(linear)";
+    const recompute_attr *r = DLT_NODE_ATTR(n, recompute_attr);
+    dlt_tensor *h = n->saved[0], *x = NULL;
+    if (!gin[1].needed) return linear_backward_x(n, h, gout, gin); /* dx and db use no x */
+    DLT_CHECK(dlt__tensor_new_like(h, h->dtype, F, &x));
+    dlt_status st = x->numel ? n->ctx->be->unary(n->ctx, x, h, r->op, r->alpha) : DLT_OK;
+    if (st == DLT_OK) st = linear_backward_x(n, x, gout, gin);
+    dlt_tensor_release(x);
+    return st;
+}
+
+static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, const recompute_attr *rc,
+                            dlt_tensor *rh, dlt_tensor **out);
 
 /* N-D input [..., in]: viewed as [rows, in], the result viewed back as [..., out] (both
  * views, recorded, so gradients flow through). */
@@ -92,7 +119,7 @@ dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor
     DLT_CHECK(dlt__check_tensor(x, F, "x"));
     DLT_CHECK(dlt__check_tensor(w, F, "w"));
     DLT_NULL_CHECK(out, F);
-    if (x->ndim == 2) return linear_2d(x, w, bias, out);
+    if (x->ndim == 2) return linear_2d(x, w, bias, NULL, NULL, out);
     if (x->ndim < 1) return dlt__err(DLT_ERR_SHAPE, F, "x must have at least one dimension (..., in_features)");
     DLT_CHECK(dlt__check_ndim(w, 2, F, "w"));
     char a[96], b[96];
@@ -109,14 +136,46 @@ dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor
     const int64_t s2[2] = {rows, in};
     dlt_tensor *x2 = NULL, *y2 = NULL;
     dlt_status st = dlt_reshape(x, s2, 2, &x2);
-    if (st == DLT_OK) st = linear_2d(x2, w, bias, &y2);
+    if (st == DLT_OK) st = linear_2d(x2, w, bias, NULL, NULL, &y2);
     if (st == DLT_OK) st = dlt_reshape(y2, ys, x->ndim, out);
     dlt_tensor_release(x2);
     dlt_tensor_release(y2);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
 }
 
-static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out) {
+dlt_status dlt__linear_recompute(dlt_tensor *x, dlt_tensor *h, int32_t act_op, double act_alpha, dlt_tensor *w,
+                                 dlt_tensor *bias, dlt_tensor **out) {
+    static const char *F = "dlt_linear";
+    DLT_CHECK(dlt__check_tensor(x, F, "x"));
+    DLT_CHECK(dlt__check_tensor(h, F, "h"));
+    DLT_CHECK(dlt__check_tensor(w, F, "w"));
+    DLT_NULL_CHECK(out, F);
+    if (!dlt__same_shape(x, h) || x->dtype != h->dtype || x->format != h->format || x->ndim < 1)
+        return dlt_linear(x, w, bias, out); /* not act(h) as this path needs it: keep x */
+    const int64_t in = x->shape[x->ndim - 1];
+    int64_t rows = 1, ys[DLT_MAX_DIMS];
+    for (int32_t i = 0; i < x->ndim - 1; i++) {
+        rows *= x->shape[i];
+        ys[i] = x->shape[i];
+    }
+    if (w->ndim != 2 || in != w->shape[1]) return dlt_linear(x, w, bias, out); /* its error */
+    ys[x->ndim - 1] = w->shape[0];
+    const int64_t s2[2] = {rows, in};
+    const recompute_attr rc = {.op = act_op, .alpha = act_alpha};
+    dlt_tensor *x2 = NULL, *h2 = NULL, *y2 = NULL;
+    dlt_status st = dlt_reshape(x, s2, 2, &x2);
+    if (st == DLT_OK) st = dlt_reshape(h, s2, 2, &h2);
+    if (st == DLT_OK) st = linear_2d(x2, w, bias, &rc, h2, &y2);
+    if (st == DLT_OK) st = dlt_reshape(y2, ys, x->ndim, out);
+    dlt_tensor_release(x2);
+    dlt_tensor_release(h2);
+    dlt_tensor_release(y2);
+    return st == DLT_OK ? st : dlt__err_wrap(st, F);
+}
+
+/* rc, rh (dlt__linear_recompute): save rh instead of x when x reaches the GEMM uncast */
+static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, const recompute_attr *rc,
+                            dlt_tensor *rh, dlt_tensor **out) {
     static const char *F = "dlt_linear";
     DLT_CHECK(dlt__check_same_ctx(x, w, F, "x", "w"));
     DLT_CHECK(dlt__check_ndim(x, 2, F, "x"));
@@ -172,13 +231,18 @@ static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_
             DLT_CHECK_GOTO(st, ctx->be->linear_fwd(ctx, y, xc, wc, bc), done);
         }
     }
+    /* recompute only when the GEMM took x itself (no autocast cast in between) */
+    const int recompute = rc && xc == x;
     {
         dlt_tensor *in[3] = {xc, wc, bc};
-        DLT_CHECK_GOTO(st, dlt__record(ctx, "linear", linear_backward, in, bias ? 3 : 2, &y, 1, &node), done);
+        DLT_CHECK_GOTO(st, dlt__record(ctx, "linear", recompute ? linear_recompute_backward : linear_backward, in,
+                                       bias ? 3 : 2, &y, 1, &node),
+                       done);
     }
     if (node) {
-        dlt__save(node, xc);
+        dlt__save(node, recompute ? rh : xc);
         dlt__save(node, wc);
+        if (recompute) DLT_SET_ATTR(node, recompute_attr, *rc);
     }
 done:
     dlt__range_pop(ctx);
