@@ -9,6 +9,9 @@ autocast fp16 (on CUDA), cross-entropy, "Epoch e, Loss: l" printed every step.
     # no data at hand: a learnable synthetic dataset, a few steps on the CPU
     python3 examples/python/resnet50_cifar10.py --device cpu --batch 8 --steps 3
 
+--mode graph replays one captured CUDA graph per step for each epoch's full batches and
+runs the short last batch as plain calls (examples/train.c's --mode graph; the same losses).
+
 The binding finds libdltrain as an installed library (libdltrain.so.1) or through
 DLTRAIN_LIBRARY=/path/to/libdltrain.so; from a source checkout this script also finds the
 package in bindings/python.
@@ -46,6 +49,9 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--synthetic-size", type=int, default=50000,
                    help="images in the synthetic dataset (50000)")
+    p.add_argument("--mode", choices=("eager", "graph"), default="eager",
+                   help="eager (plain calls) or graph (one captured CUDA graph per step, "
+                   "replayed; the CPU runs plain calls)")
     return p.parse_args()
 
 
@@ -70,22 +76,51 @@ def main():
               % (dltrain.version_string(), ctx.device_name, args.num_classes,
                  model.param_count(), len(train_set), len(train_loader)), flush=True)
 
+        def train_step(inputs, targets):
+            optimizer.zero_grad()
+            with autocast(dtype=dltrain.float16, enabled=use_amp):
+                outputs = model(inputs)
+                loss = F.cross_entropy(outputs, targets)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            return loss
+
+        # graph mode: the step takes its batch itself and leaves its loss in a tensor that
+        # outlives the replays
+        last_loss = dltrain.zeros((), dtype=dltrain.float32)
+
+        def captured_step():
+            inputs, targets = train_loader.next()
+            last_loss.copy_(train_step(inputs, targets))
+
+        graph = None
+        full_batches = len(train_set) // args.batch
         model.train()
         step = 0
         t0 = time.time()
         for epoch in range(args.epochs):
-            for inputs, targets in train_loader:
-                optimizer.zero_grad()
-                with autocast(dtype=dltrain.float16, enabled=use_amp):
-                    outputs = model(inputs)
-                    loss = F.cross_entropy(outputs, targets)
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-                print(f"Epoch {epoch}, Loss: {loss.item()}", flush=True)
-                step += 1
+            train_loader.start_epoch(epoch)
+            replays = 0
+            for b in range(full_batches if args.mode == "graph" else 0):
                 if args.steps and step >= args.steps:
                     break
+                if graph is None:  # its warm-up call is this step; the capture runs nothing
+                    graph = dltrain.Graph(captured_step, warmup=1)
+                else:
+                    graph.run()
+                    replays += graph.is_captured
+                print(f"Epoch {epoch}, Loss: {last_loss.item()}", flush=True)
+                step += 1
+            if replays:  # replays moved only the loader's device cursor
+                train_loader.seek(train_loader.position + replays)
+            while not (args.steps and step >= args.steps):
+                batch = train_loader.next()
+                if batch is None:
+                    break
+                loss = train_step(*batch)
+                print(f"Epoch {epoch}, Loss: {loss.item()}", flush=True)
+                step += 1
             if args.steps and step >= args.steps:
                 break
         dt = time.time() - t0

@@ -6,7 +6,9 @@
 # (symlink loop, dangling link, no permission, unsearchable directory) exits 1 naming it,
 # never trains on synthetic data (item 10); a resumed checkpoint's position is checked
 # (item 6: past --epochs, finished, a step counter that would overflow, a negative step).
-bin="$1"; src="$2"
+# --log-every 0 prints every epoch's loss; --mode graph takes --mode eager's steps; the
+# Python twin runs and its graph mode matches too.
+bin="$1"; src="$2"; lib="${3:--}"; sanitize="${4:-none}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=${DLT_CIFAR10_DIR:-$src/../shared/data/cifar10-subset}
 n=0
@@ -122,5 +124,22 @@ if [ -f "$ck" ]; then
   resume "a negative step is refused by the loader, exit 1" 1 "'train.step' .* is negative" train.step -5 --epochs 2
 else
   for i in 1 2 3 4; do skip "resume case $i" "no checkpoint was saved"; done
+fi
+# the Python twin (examples/python/resnet50_cifar10.py): runs, and its --mode graph prints
+# --mode eager's losses (10 synthetic images at batch 4: two full batches and one of 2)
+py=python3; [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+if [ "$sanitize" != none ]; then skip "the Python twin" "a sanitized library cannot be loaded into Python"
+elif [ "$lib" = - ] || [ ! -f "$lib" ]; then skip "the Python twin" "no shared library"
+else
+  for m in eager graph; do
+    DLTRAIN_LIBRARY="$lib" PYTHONPATH="$src/bindings/python" PYTHONDONTWRITEBYTECODE=1 "$py" \
+      "$src/examples/python/resnet50_cifar10.py" --device cpu --batch 4 --epochs 2 --synthetic-size 10 --mode $m \
+      >"$tmp/py-$m" 2>&1
+    echo "rc=$?" >>"$tmp/py-$m"
+  done
+  if grep -q '^rc=0$' "$tmp/py-eager" && [ "$(grep -c '^Epoch [01], Loss: ' "$tmp/py-eager")" = 6 ] &&
+     [ "$(grep -E '^Epoch|^rc=' "$tmp/py-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/py-graph")" ]; then
+    ok "examples/python/resnet50_cifar10.py: 6 steps; --mode graph prints --mode eager's losses"
+  else cat "$tmp/py-eager" "$tmp/py-graph" >"$tmp/out"; notok "examples/python/resnet50_cifar10.py eager/graph"; fi
 fi
 echo "1..$n"
