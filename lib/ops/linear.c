@@ -113,13 +113,14 @@ static dlt_status linear_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, cons
                             dlt_tensor *rh, dlt_tensor **out);
 
 /* N-D input [..., in]: viewed as [rows, in], the result viewed back as [..., out] (both
- * views, recorded, so gradients flow through). */
-dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out) {
+ * views, recorded, so gradients flow through). rc, h: dlt__linear_recompute's (h viewed as x). */
+static dlt_status linear_nd(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, const recompute_attr *rc,
+                            dlt_tensor *h, dlt_tensor **out) {
     static const char *F = "dlt_linear";
     DLT_CHECK(dlt__check_tensor(x, F, "x"));
     DLT_CHECK(dlt__check_tensor(w, F, "w"));
     DLT_NULL_CHECK(out, F);
-    if (x->ndim == 2) return linear_2d(x, w, bias, NULL, NULL, out);
+    if (x->ndim == 2) return linear_2d(x, w, bias, rc, h, out);
     if (x->ndim < 1) return dlt__err(DLT_ERR_SHAPE, F, "x must have at least one dimension (..., in_features)");
     DLT_CHECK(dlt__check_ndim(w, 2, F, "w"));
     char a[96], b[96];
@@ -134,43 +135,28 @@ dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor
     }
     ys[x->ndim - 1] = w->shape[0];
     const int64_t s2[2] = {rows, in};
-    dlt_tensor *x2 = NULL, *y2 = NULL;
-    dlt_status st = dlt_reshape(x, s2, 2, &x2);
-    if (st == DLT_OK) st = linear_2d(x2, w, bias, NULL, NULL, &y2);
-    if (st == DLT_OK) st = dlt_reshape(y2, ys, x->ndim, out);
-    dlt_tensor_release(x2);
-    dlt_tensor_release(y2);
-    return st == DLT_OK ? st : dlt__err_wrap(st, F);
-}
-
-dlt_status dlt__linear_recompute(dlt_tensor *x, dlt_tensor *h, int32_t act_op, double act_alpha, dlt_tensor *w,
-                                 dlt_tensor *bias, dlt_tensor **out) {
-    static const char *F = "dlt_linear";
-    DLT_CHECK(dlt__check_tensor(x, F, "x"));
-    DLT_CHECK(dlt__check_tensor(h, F, "h"));
-    DLT_CHECK(dlt__check_tensor(w, F, "w"));
-    DLT_NULL_CHECK(out, F);
-    if (!dlt__same_shape(x, h) || x->dtype != h->dtype || x->format != h->format || x->ndim < 1)
-        return dlt_linear(x, w, bias, out); /* not act(h) as this path needs it: keep x */
-    const int64_t in = x->shape[x->ndim - 1];
-    int64_t rows = 1, ys[DLT_MAX_DIMS];
-    for (int32_t i = 0; i < x->ndim - 1; i++) {
-        rows *= x->shape[i];
-        ys[i] = x->shape[i];
-    }
-    if (w->ndim != 2 || in != w->shape[1]) return dlt_linear(x, w, bias, out); /* its error */
-    ys[x->ndim - 1] = w->shape[0];
-    const int64_t s2[2] = {rows, in};
-    const recompute_attr rc = {.op = act_op, .alpha = act_alpha};
     dlt_tensor *x2 = NULL, *h2 = NULL, *y2 = NULL;
     dlt_status st = dlt_reshape(x, s2, 2, &x2);
-    if (st == DLT_OK) st = dlt_reshape(h, s2, 2, &h2);
-    if (st == DLT_OK) st = linear_2d(x2, w, bias, &rc, h2, &y2);
+    if (st == DLT_OK && h) st = dlt_reshape(h, s2, 2, &h2);
+    if (st == DLT_OK) st = linear_2d(x2, w, bias, rc, h2, &y2);
     if (st == DLT_OK) st = dlt_reshape(y2, ys, x->ndim, out);
     dlt_tensor_release(x2);
     dlt_tensor_release(h2);
     dlt_tensor_release(y2);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
+}
+
+dlt_status dlt_linear(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out) {
+    return linear_nd(x, w, bias, NULL, NULL, out);
+}
+
+dlt_status dlt__linear_recompute(dlt_tensor *x, dlt_tensor *h, int32_t act_op, double act_alpha, dlt_tensor *w,
+                                 dlt_tensor *bias, dlt_tensor **out) {
+    DLT_CHECK(dlt__check_tensor(h, "dlt_linear", "h"));
+    const recompute_attr rc = {.op = act_op, .alpha = act_alpha};
+    /* not act(h) as this path needs it: keep x */
+    const int fits = x && dlt__same_shape(x, h) && x->dtype == h->dtype && x->format == h->format;
+    return fits ? linear_nd(x, w, bias, &rc, h, out) : dlt_linear(x, w, bias, out);
 }
 
 /* rc, rh (dlt__linear_recompute): save rh instead of x when x reaches the GEMM uncast */
