@@ -531,6 +531,13 @@ dlt_status dlt_loader_start_epoch(dlt_loader *ld, int64_t epoch) {
     return DLT_OK;
 }
 
+/* the epoch the next batch belongs to: epoch 0 on first use, the next one after the end */
+static dlt_status ensure_epoch(dlt_loader *ld) {
+    if (!ld->started) return dlt_loader_start_epoch(ld, 0);
+    if (ld->ended) return dlt_loader_start_epoch(ld, ld->epoch + 1);
+    return DLT_OK;
+}
+
 dlt_status dlt_loader_next(dlt_loader *ld, dlt_tensor **x, dlt_tensor **y, int32_t *has_batch) {
     static const char *F = "dlt_loader_next";
     DLT_NULL_CHECK(ld, F);
@@ -539,10 +546,7 @@ dlt_status dlt_loader_next(dlt_loader *ld, dlt_tensor **x, dlt_tensor **y, int32
     DLT_NULL_CHECK(has_batch, F);
     dlt_ctx *ctx = ld->ctx;
     DLT_CHECK(dlt__ctx_ok(ctx, F));
-    if (!ld->started)
-        DLT_CHECK(dlt_loader_start_epoch(ld, 0));
-    else if (ld->ended)
-        DLT_CHECK(dlt_loader_start_epoch(ld, ld->epoch + 1));
+    DLT_CHECK(ensure_epoch(ld));
     if (ld->batch >= ld->num_batches) {
         ld->ended = 1;
         *x = NULL;
@@ -607,8 +611,7 @@ dlt_status dlt_loader_seek(dlt_loader *ld, int64_t batch) {
     if (batch < 0 || batch > ld->num_batches)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "batch %lld is outside 0..%lld (the epoch's batches)",
                         (long long)batch, (long long)ld->num_batches);
-    if (!ld->started || ld->ended) /* what the next dlt_loader_next would start */
-        DLT_CHECK(dlt_loader_start_epoch(ld, ld->started ? ld->epoch + 1 : 0));
+    DLT_CHECK(ensure_epoch(ld)); /* what the next dlt_loader_next would start */
     DLT_CHECK(ctx->be->data_cursor_set(ctx, (dlt_data_cursor *)dlt__data(ld->cursor), batch, ld->epoch));
     ld->batch = batch;
     return DLT_OK;
