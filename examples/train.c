@@ -307,81 +307,59 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         int64_t i = 0, images = 0, images_steady = 0, steps_steady = 0;
         double last_loss = NAN;
         int32_t has = 0;
-        int last_in_graph = 0; /* the epoch's last loss is the graph's (s.loss_out) */
         /* Graph mode: the epoch's optimizer steps made of full batches are replays of one
          * captured step. Plain calls (the same step, a micro-batch at a time) take the rest:
          * a group that completes gradients carried from the last epoch, the partial last
-         * batch, a group this epoch cannot finish, and everything with --eager. */
+         * batch, a group this epoch cannot finish, and everything with --mode eager. */
         const int64_t head = carry ? o.accum : 0;
         int64_t units = use_graph ? (full_batches - head) / o.accum : 0;
         if (units > 0 && o.steps > 0) {
             const int64_t left = (o.steps - global_step - head) / o.accum;
             units = left < units ? (left > 0 ? left : 0) : units;
         }
+        int64_t unit = 0, replays = 0; /* captured replays move the loader's device cursor only */
         for (;;) {
             if (o.steps > 0 && global_step >= o.steps) {
                 stop = 1;
                 break;
             }
-            if (units > 0 && i == head) {
-                int64_t replays = 0; /* captured replays: they move the loader's device cursor only */
-                for (int64_t u = 0; u < units; u++) {
-                    if (!graph) {
-                        /* its warm-up call is this step (plain calls); the capture runs nothing */
-                        TRY(dlt_graph_create(ctx, train_step_run, &s, 1, &graph));
-                    } else {
-                        TRY(dlt_graph_run(graph));
-                        if (dlt_graph_is_captured(graph)) replays++;
-                    }
-                    images += o.batch * o.accum;
-                    images_steady += o.batch * o.accum;
-                    steps_steady += o.accum;
-                    /* a loss line when a logging step falls in this optimizer step */
-                    const int log_now = o.log_every > 0 &&
-                                        (global_step + o.accum - 1) / o.log_every * o.log_every >= global_step;
-                    if (log_now || first_step_s < 0) {
-                        TRY(dlt_tensor_item(s.loss_out, &last_loss));
-                        if (first_step_s < 0) { /* warm-up, capture and plans end with it */
-                            first_step_s = now_s() - t_start;
-                            t_steady = now_s();
-                            steps_steady = 0;
-                            images_steady = 0;
-                        }
-                    }
-                    if (log_now) {
-                        report_progress_clear(&run);
-                        printf("Epoch %lld, Loss: %.6f\n", (long long)epoch, last_loss);
-                        fflush(stdout);
-                    }
-                    i += o.accum;
-                    global_step += o.accum;
-                    report_progress(&run, epoch, i, nb);
+            dlt_tensor *loss = NULL; /* the loss to print: a graph step leaves it in s.loss_out */
+            int64_t n = 1, rows = 0; /* micro-batches and images of this iteration */
+            if (unit < units && i == head + unit * o.accum) {
+                if (!graph) {
+                    /* its warm-up call is this step (plain calls); the capture runs nothing */
+                    TRY(dlt_graph_create(ctx, train_step_run, &s, 1, &graph));
+                } else {
+                    TRY(dlt_graph_run(graph));
+                    if (dlt_graph_is_captured(graph)) replays++;
                 }
-                if (replays) TRY(dlt_loader_seek(loader, dlt_loader_position(loader) + replays * o.accum));
-                last_in_graph = 1;
-                continue;
-            }
-            if (o.accum == 1) TRY(dlt_optimizer_zero_grad(opt, 1));
-            dlt_tensor *loss = NULL;
-            int64_t rows = 0;
-            /* DDP's no_sync on the micro-batches that do not step */
-            TRY(train_micro_batch(&s, o.accum > 1 && (i + 1) % o.accum != 0, &has, &rows, &loss));
-            if (!has) break;
-            if (o.accum == 1 || (i + 1) % o.accum == 0) {
-                TRY(dlt_grad_scaler_step(scaler, opt));
-                TRY(dlt_grad_scaler_update(scaler));
-                if (o.accum > 1) {
-                    TRY(dlt_optimizer_zero_grad(opt, 1));
-                    TRY(dlt_empty_cache(ctx));
+                if (++unit == units && replays)
+                    TRY(dlt_loader_seek(loader, dlt_loader_position(loader) + replays * o.accum));
+                n = o.accum;
+                rows = o.batch * o.accum;
+                loss = dlt_tensor_retain(s.loss_out);
+            } else {
+                if (o.accum == 1) TRY(dlt_optimizer_zero_grad(opt, 1));
+                /* DDP's no_sync on the micro-batches that do not step */
+                TRY(train_micro_batch(&s, o.accum > 1 && (i + 1) % o.accum != 0, &has, &rows, &loss));
+                if (!has) break;
+                if (o.accum == 1 || (i + 1) % o.accum == 0) {
+                    TRY(dlt_grad_scaler_step(scaler, opt));
+                    TRY(dlt_grad_scaler_update(scaler));
+                    if (o.accum > 1) {
+                        TRY(dlt_optimizer_zero_grad(opt, 1));
+                        TRY(dlt_empty_cache(ctx));
+                    }
                 }
             }
             images += rows;
             images_steady += rows;
-            steps_steady++;
-            int log_now = o.log_every > 0 && (global_step % o.log_every == 0);
+            steps_steady += n;
+            /* a loss line when a logging step falls in this iteration's micro-batches */
+            const int log_now = o.log_every > 0 && (global_step + n - 1) / o.log_every * o.log_every >= global_step;
             if (log_now || first_step_s < 0) {
                 TRY(dlt_tensor_item(loss, &last_loss));
-                if (first_step_s < 0) { /* plan building and warm-up end with the first step */
+                if (first_step_s < 0) { /* plan building, warm-up and capture end with the first step */
                     first_step_s = now_s() - t_start;
                     t_steady = now_s();
                     steps_steady = 0; /* the counters of this step were already advanced */
@@ -393,15 +371,11 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
                 printf("Epoch %lld, Loss: %.6f\n", (long long)epoch, last_loss);
                 fflush(stdout);
             }
-            if (o.log_every == 0) { /* keep it: the epoch's line prints the last step's loss */
-                dlt_tensor_release(epoch_loss);
-                epoch_loss = loss;
-            } else {
-                dlt_tensor_release(loss);
-            }
-            last_in_graph = 0;
-            i++;
-            global_step++;
+            /* --log-every 0: the epoch's line prints its last step's loss */
+            dlt_tensor_release(o.log_every == 0 ? epoch_loss : loss);
+            if (o.log_every == 0) epoch_loss = loss;
+            i += n;
+            global_step += n;
             report_progress(&run, epoch, i, nb);
         }
         carry = o.accum > 1 && i % o.accum != 0;
@@ -411,8 +385,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
         if (i == 0) break;
         if (o.log_every == 0) {
             /* (it printed nan from the second epoch on when only the first step's loss was read) */
-            if (last_in_graph) TRY(dlt_tensor_item(s.loss_out, &last_loss));
-            else if (epoch_loss) TRY(dlt_tensor_item(epoch_loss, &last_loss));
+            if (epoch_loss) TRY(dlt_tensor_item(epoch_loss, &last_loss));
             dlt_tensor_release(epoch_loss);
             epoch_loss = NULL;
             printf("Epoch %lld, Loss: %.6f\n", (long long)epoch, last_loss);
