@@ -22,6 +22,10 @@ check_run() { # name args...
     ok "$name" "$(grep 'Loss: ' "$tmp/out" | tail -1)"
   else notok "$name"; fi
 }
+# N random CIFAR-10 records (label byte, 3072 pixels) from seed S: tiny_cifar N S
+tiny_cifar() {
+  python3 -c "import sys,random; r=random.Random($2); sys.stdout.buffer.write(bytes(r.randrange(256) if i % 3073 else r.randrange(10) for i in range($1*3073)))"
+}
 # a checkpoint with one entry replaced: patch SRC NAME INT64 DST
 patch() {
   python3 - "$@" <<'PY'
@@ -47,7 +51,7 @@ for ex in resnet50_cifar10 grad_accum; do
   else skip "$ex: CIFAR-10 subset" "no data at $data"; fi
   # --log-every 0 prints each epoch's last loss (it printed nan from the second epoch on)
   mkdir -p "$tmp/tiny"
-  python3 -c "import sys,random; r=random.Random(3); sys.stdout.buffer.write(bytes(r.randrange(256) if i % 3073 else r.randrange(10) for i in range(16*3073)))" >"$tmp/tiny/data_batch_1.bin"
+  tiny_cifar 16 3 >"$tmp/tiny/data_batch_1.bin"
   "$bin/$ex" --device cpu --batch 8 --epochs 3 --log-every 0 --data "$tmp/tiny" >"$tmp/out" 2>&1; rc=$?
   losses=$(grep -cE '^Epoch [0-2], Loss: [0-9]+\.[0-9]+$' "$tmp/out")
   if [ $rc = 0 ] && [ "$losses" = 3 ]; then ok "$ex: --log-every 0 prints each epoch's loss" "$(grep 'Loss: ' "$tmp/out" | tail -1)"
@@ -55,7 +59,7 @@ for ex in resnet50_cifar10 grad_accum; do
   # --mode graph takes the same steps as --mode eager: on the CPU the graph's step runs as
   # plain calls, so the epoch losses must agree to the digit (10 images at batch 4: two full
   # batches and one of 2; grad_accum's group of 2 left unfinished carries into the next epoch)
-  python3 -c "import sys,random; r=random.Random(5); sys.stdout.buffer.write(bytes(r.randrange(256) if i % 3073 else r.randrange(10) for i in range(10*3073)))" >"$tmp/tiny/data_batch_1.bin"
+  tiny_cifar 10 5 >"$tmp/tiny/data_batch_1.bin"
   acc=(); [ $ex = grad_accum ] && acc=(--accum 2)
   for m in eager graph; do
     "$bin/$ex" --device cpu --batch 4 "${acc[@]}" --epochs 2 --log-every 0 --data "$tmp/tiny" --mode $m >"$tmp/out-$m" 2>&1
