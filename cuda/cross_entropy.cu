@@ -203,7 +203,7 @@ __global__ void ce_reduce_kernel(float *__restrict__ loss, float *__restrict__ s
 }
 
 template <typename T, typename D, typename I, typename Ix>
-__global__ void ce_bwd_kernel(D *__restrict__ dx, const T *__restrict__ x, const I *__restrict__ tg,
+__global__ void ce_bwd_kernel(D *dx, const T *x, const I *__restrict__ tg, /* dx may be x (in place) */
                               const float *__restrict__ saved, const float *__restrict__ dloss,
                               Ix N, Ix K, CeArgs a) {
     float g0 = a.reduction == DLT_REDUCTION_NONE ? 0.0f : dloss[0];
@@ -231,7 +231,7 @@ __global__ void ce_bwd_kernel(D *__restrict__ dx, const T *__restrict__ x, const
  * thread in one 16-byte load and store (the flat kernel took 4.5 ms for GPT-2's 16384 x
  * 50304 bf16 logits on an H200, ~0.7 TB/s). */
 template <typename T, typename D, typename I>
-__global__ void ce_bwd_vec_kernel(D *__restrict__ dx, const T *__restrict__ x, const I *__restrict__ tg,
+__global__ void ce_bwd_vec_kernel(D *dx, const T *x, const I *__restrict__ tg, /* dx may be x (in place) */
                                   const float *__restrict__ saved, const float *__restrict__ dloss, int64_t N,
                                   int64_t K, CeArgs a) {
     static_assert(sizeof(T) == 2 && sizeof(D) == 2, "16-bit logits and gradients");

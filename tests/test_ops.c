@@ -138,6 +138,61 @@ static void test_cross_entropy(void) {
     free(lv);
 }
 
+/* The backward writes the gradient over logits only the tape holds (no second [N, K]
+ * buffer at its peak): the values against float64, then the peak itself. */
+static void test_cross_entropy_in_place(void) {
+    seed(41);
+    enum { N = 8, K = 300 };
+    double *xv = rand_vals(N * K, -2, 2);
+    int64_t tv[N];
+    for (int i = 0; i < N; i++) tv[i] = (int64_t)(urand() * K);
+    const int64_t xs[2] = {N, K};
+    dlt_tensor *x = mk_f32(xv, xs, 2), *t = mk_targets(tv, N, DLT_I64), *logits = NULL, *loss = NULL;
+    CHECK_OK(dlt_tensor_set_requires_grad(x, 1));
+    CHECK_OK(dlt_mul_scalar(x, NULL, 2.0, &logits)); /* logits = 2x: a node's output */
+    CHECK_OK(dlt_cross_entropy(logits, t, -100, DLT_REDUCTION_MEAN, &loss));
+    dlt_tensor_release(logits); /* the tape's reference is the last */
+    CHECK_OK(dlt_backward(loss, NULL));
+    /* dx = 2 (softmax(2x) - onehot) / N */
+    double *ref = malloc(sizeof(double) * N * K);
+    for (int i = 0; i < N; i++) {
+        double m = -INFINITY, z = 0;
+        for (int k = 0; k < K; k++) m = fmax(m, 2 * xv[i * K + k]);
+        for (int k = 0; k < K; k++) z += exp(2 * xv[i * K + k] - m);
+        for (int k = 0; k < K; k++)
+            ref[i * K + k] = 2.0 * (exp(2 * xv[i * K + k] - m) / z - (k == tv[i])) / N;
+    }
+    check_tensor("x.grad through in-place dlogits", dlt_tensor_grad(x), xs, 2, DLT_F32, DLT_FORMAT_CONTIGUOUS, ref,
+                 TOL_F32);
+    dlt_tensor_release(loss);
+    /* the peak: logits = a + b ([N,1] + [1,K]) whose backward only reduces, so without the
+     * in-place write the backward's peak holds a second N x K buffer */
+    enum { NB = 64, KB = 4096 };
+    double *av = rand_vals(NB, -1, 1), *bv = rand_vals(KB, -1, 1);
+    int64_t tb[NB];
+    for (int i = 0; i < NB; i++) tb[i] = (int64_t)(urand() * KB);
+    const int64_t as[2] = {NB, 1}, bs[2] = {1, KB};
+    dlt_tensor *a = mk_f32(av, as, 2), *b = mk_f32(bv, bs, 2), *tt = mk_targets(tb, NB, DLT_I64);
+    CHECK_OK(dlt_tensor_set_requires_grad(a, 1));
+    CHECK_OK(dlt_tensor_set_requires_grad(b, 1));
+    CHECK_OK(dlt_add(a, b, &logits));
+    CHECK_OK(dlt_cross_entropy(logits, tt, -100, DLT_REDUCTION_MEAN, &loss));
+    dlt_tensor_release(logits);
+    uint64_t live = 0, peak = 0;
+    CHECK_OK(dlt_memory_stat(g_ctx, DLT_MEM_ALLOCATED, &live));
+    CHECK_OK(dlt_memory_reset_peak(g_ctx));
+    CHECK_OK(dlt_backward(loss, NULL));
+    CHECK_OK(dlt_memory_stat(g_ctx, DLT_MEM_PEAK_ALLOCATED, &peak));
+    const uint64_t logits_bytes = (uint64_t)NB * KB * sizeof(float);
+    CHECK(peak - live < logits_bytes / 2, "backward peak %llu bytes over the %llu live before it: a second "
+          "%llu-byte logits buffer?", (unsigned long long)(peak - live), (unsigned long long)live,
+          (unsigned long long)logits_bytes);
+    CHECK(dlt_tensor_grad(a) && dlt_tensor_grad(b), "both leaves got gradients");
+    dlt_tensor_release(a), dlt_tensor_release(b), dlt_tensor_release(tt), dlt_tensor_release(loss);
+    dlt_tensor_release(x), dlt_tensor_release(t);
+    free(av), free(bv), free(ref), free(xv);
+}
+
 static void test_cross_entropy_errors(void) {
     int64_t ls[2] = {4, 5}, l3s[3] = {1, 4, 5}, n3[1] = {3};
     double lv[20] = {0};
@@ -552,6 +607,7 @@ int main(void) {
     RUN(test_linear);
     RUN(test_linear_errors);
     RUN(test_cross_entropy);
+    RUN(test_cross_entropy_in_place);
     RUN(test_cross_entropy_errors);
     RUN(test_backward_low_precision);
     RUN(test_relu_add_scale);
