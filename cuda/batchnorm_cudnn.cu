@@ -114,18 +114,7 @@ const void *ptr_of(const BnSpec &s, int64_t uid) {
 cudnnBackendDescriptor_t pointwise(dlt_cudnn_builder *b, cudnnPointwiseMode_t mode,
                                    cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t bdesc,
                                    cudnnBackendDescriptor_t y) {
-    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t pw = dlt__cudnn_make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    DLT_CUDNN_FINALIZE(b, pw);
-    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    if (bdesc) DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, bdesc);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-    DLT_CUDNN_FINALIZE(b, op);
-    return op;
+    return dlt__cudnn_pointwise(b, "pointwise", mode, x, bdesc, NULL, y, -1);
 }
 
 dlt_status build_fwd(dlt_ctx *ctx, const BnSpec &s, const char *what, dlt_cudnn_plan *out) {

@@ -336,6 +336,67 @@ cudnnBackendDescriptor_t dlt__cudnn_tensor4(dlt_cudnn_builder *b, int64_t uid, c
     return dlt__cudnn_tensor(b, uid, dt, 4, dims, st, alignment, is_virtual, 0);
 }
 
+cudnnBackendDescriptor_t dlt__cudnn_pointwise(dlt_cudnn_builder *b, const char *name,
+                                              cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                              cudnnBackendDescriptor_t bdesc, cudnnBackendDescriptor_t t,
+                                              cudnnBackendDescriptor_t y, int64_t axis) {
+    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t pw = dlt__cudnn_make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    if (axis >= 0) DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    DLT_CUDNN_FINALIZE(b, pw);
+    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+    if (bdesc) DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, bdesc);
+    if (t) DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+    dlt__cudnn_finalize_(b, op, name);
+    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
+}
+
+cudnnBackendDescriptor_t dlt__cudnn_matmul(dlt_cudnn_builder *b, const char *name,
+                                           cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bm,
+                                           cudnnBackendDescriptor_t c) {
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t mm = dlt__cudnn_make(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    DLT_CUDNN_SET(b, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    DLT_CUDNN_FINALIZE(b, mm);
+    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, bm);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+    dlt__cudnn_finalize_(b, op, name);
+    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
+}
+
+cudnnBackendDescriptor_t dlt__cudnn_reduction(dlt_cudnn_builder *b, const char *name,
+                                              cudnnReduceTensorOp_t redop, cudnnBackendDescriptor_t x,
+                                              cudnnBackendDescriptor_t y) {
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t rd = dlt__cudnn_make(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    DLT_CUDNN_SET(b, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &redop);
+    DLT_CUDNN_SET(b, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    DLT_CUDNN_FINALIZE(b, rd);
+    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd);
+    dlt__cudnn_finalize_(b, op, name);
+    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
+}
+
+cudnnBackendDescriptor_t dlt__cudnn_reshape(dlt_cudnn_builder *b, const char *name,
+                                            cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+    dlt__cudnn_finalize_(b, op, name);
+    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Plan building
  * ------------------------------------------------------------------------------------- */

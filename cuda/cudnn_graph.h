@@ -44,7 +44,8 @@ extern "C" {
 
 #define DLT_CUDNN_KEY_MAX 48
 #define DLT_CUDNN_MAX_UIDS 16
-#define DLT_CUDNN_MAX_OWNED 64
+/* descriptors a plan keeps: attention's backward graph has ~90 (attention_cudnn.c) */
+#define DLT_CUDNN_MAX_OWNED 128
 
 /* ---- settings (DLT_IMPL_*: lib/core/env.h) ---- */
 typedef struct dlt_cudnn_settings {
@@ -101,9 +102,10 @@ typedef struct dlt_cudnn_plan {
     int64_t engine;    /* global engine index (messages, logs) */
     int32_t n_uids;
     int64_t uids[DLT_CUDNN_MAX_UIDS];
-    /* by-value operands (epsilon at [0], momentum at [4]): addresses that stay valid and
-     * fixed as long as the plan, 16-byte aligned like every bound pointer */
-    float scalars[8] __attribute__((aligned(16)));
+    /* by-value operands (BatchNorm: epsilon at [0], momentum at [4]; attention: scale,
+     * -inf, 1 at [0], [4], [8]): addresses that stay valid and fixed as long as the plan,
+     * 16-byte aligned like every bound pointer */
+    float scalars[12] __attribute__((aligned(16)));
     int32_t n_owned;
     cudnnBackendDescriptor_t owned[DLT_CUDNN_MAX_OWNED];
     /* the last variant pack, reused while the same pointers are bound */
@@ -162,6 +164,24 @@ cudnnBackendDescriptor_t dlt__cudnn_tensor4(dlt_cudnn_builder *b, int64_t uid, c
                                             int64_t alignment, int is_virtual);
 /* Packed strides of a 4-D tensor in logical order (exposed for messages/tests). */
 void dlt__cudnn_strides4(const int64_t dims[4], int channels_last, int64_t strides[4]);
+
+/* Operation nodes, finalized (NULL after a failure, which the builder keeps; name is the
+ * node in its message): y = mode(x [, b] [, t]) in fp32 math, b and t NULL where the mode
+ * takes fewer inputs (t: BINARY_SELECT's condition, y = t ? x : b), axis >= 0 sets
+ * GEN_INDEX's dimension; c = a b over the last two dims with fp32 accumulation; y = op(x)
+ * over the dims where y has size 1; y = x seen with y's dims, strides and type. */
+cudnnBackendDescriptor_t dlt__cudnn_pointwise(dlt_cudnn_builder *b, const char *name,
+                                              cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                              cudnnBackendDescriptor_t bdesc, cudnnBackendDescriptor_t t,
+                                              cudnnBackendDescriptor_t y, int64_t axis);
+cudnnBackendDescriptor_t dlt__cudnn_matmul(dlt_cudnn_builder *b, const char *name,
+                                           cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bm,
+                                           cudnnBackendDescriptor_t c);
+cudnnBackendDescriptor_t dlt__cudnn_reduction(dlt_cudnn_builder *b, const char *name,
+                                              cudnnReduceTensorOp_t op, cudnnBackendDescriptor_t x,
+                                              cudnnBackendDescriptor_t y);
+cudnnBackendDescriptor_t dlt__cudnn_reshape(dlt_cudnn_builder *b, const char *name,
+                                            cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y);
 
 /* cuDNN data type of a float dtype; returns 0 and sets *out, or -1 for other dtypes. */
 int dlt__cudnn_dtype(int32_t dtype, cudnnDataType_t *out);
