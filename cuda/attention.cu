@@ -11,11 +11,11 @@
  *            with p_ij = exp(scale q_i.k_j - lse_i) recomputed.
  * Dropout draws are lib/kernel/philox.h's for element ((b*H+h)*T+i)*S+j at the offset plus
  * *rng_base, the CPU's numbers. Deterministic (no atomics). These kernels are the
- * correctness path and the fallback; the fast path (tensor cores: cuDNN's fused flash
- * attention or our own tiles) is the next step. Compile-checked; first run on a GPU is the
- * next session's.
+ * correctness path and the fallback. The launchers try cuDNN's fused flash attention first
+ * (attention_cudnn.c), then our tensor-core kernels (attention_flash.cu), then these.
  */
 #include "../lib/kernel/philox.h"
+#include "attention_cudnn.h"
 #include "attention_flash.h"
 #include "nd.cuh"
 #include "ops_cuda.h"
@@ -200,7 +200,12 @@ dlt_status dlt__cuda_sdpa_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
     DLT_CHECK(same_dtype(F, q->dtype, k, v, o));
     DLT_CHECK(same_dtype(F, DLT_F32, lse));
     {
-        const void *ptrs[4] = {dlt__data(o), dlt__data(q), dlt__data(k), dlt__data(v)};
+        const void *ptrs[5] = {dlt__data(o), dlt__data(q), dlt__data(k), dlt__data(v), dlt__data(lse)};
+        if (dlt__cudnn_sdp_ok(ctx, q->dtype, p, ptrs, 5)) {
+            int served = 0;
+            DLT_CHECK(dlt__cudnn_sdp_fwd(ctx, o, lse, q, k, v, p, &served));
+            if (served) return DLT_OK;
+        }
         if (dlt__cuda_flash_sdp_ok(ctx, q->dtype, p, ptrs, 4)) return dlt__cuda_flash_sdp_fwd(ctx, o, lse, q, k, v, p);
     }
     const int64_t rows = p->B * p->H * p->T;
@@ -223,6 +228,15 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
     DLT_CHECK(same_dtype(F, q->dtype, k, v, o, dout));
     DLT_CHECK(same_dtype(F, q->dtype, dq, dk, dv));
     DLT_CHECK(same_dtype(F, DLT_F32, lse));
+    {
+        const void *ptrs[9] = {dlt__data(dq), dlt__data(dk), dlt__data(dv), dlt__data(dout), dlt__data(q),
+                                dlt__data(k),  dlt__data(v),  dlt__data(o),  dlt__data(lse)};
+        if (dlt__cudnn_sdp_ok(ctx, q->dtype, p, ptrs, 9)) {
+            int served = 0;
+            DLT_CHECK(dlt__cudnn_sdp_bwd(ctx, dq, dk, dv, dout, q, k, v, o, lse, p, &served));
+            if (served) return DLT_OK;
+        }
+    }
     const int64_t rows_q = p->B * p->H * p->T, rows_k = p->B * p->H * p->S;
     const uint64_t *base = (const uint64_t *)ctx->rng_base;
     const float ks = keep_scale_of(p);

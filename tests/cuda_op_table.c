@@ -9,11 +9,12 @@
  * written straight into a leaf's buffer: layer_norm's dweight/dbias, embedding's dweight).
  * Without a GPU every case skips; DLT_CUDA_OPS_SELFTEST=1 compares against a second CPU
  * context instead, which runs the driver and every low-precision CPU path in CI.
- * Groups (DLT_TEST_GROUPS): "table" is the above; "flash" runs the attention rows again in
- * f16 and bf16 with dlt_ctx_set_flash_sdp on (the tensor-core kernels where the device and
- * the head dim allow, the reference elsewhere), same tolerances, plus a check that on an
- * sm_80+ device the flash kernels really served the call (their output is not bitwise the
- * reference's: P is rounded to the dtype before P V).
+ * Groups (DLT_TEST_GROUPS): "table" is the above (default settings: cuDNN's attention,
+ * then the flash kernels, then the reference kernels); "flash" and "cudnn" run the attention
+ * rows again in f16 and bf16 with only that fast path on (dlt_ctx_set_flash_sdp,
+ * dlt_ctx_set_cudnn_sdp; the reference kernels serve what it cannot), same tolerances, plus
+ * a check that on an sm_80+ device it really served chosen cases (its output is not
+ * bitwise the reference's: P is rounded to the dtype before P V).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -113,13 +114,23 @@ static void run_case(void) {
     CHECK(live == 0, "%s: %lld device tape nodes alive", c->name, (long long)live);
 }
 
-/* ---- flash (issue 18): the attention rows with the tensor-core kernels switched on ---- */
+/* ---- flash and cudnn: the attention rows again with one fast path switched on ---- */
 
-/* attention's output on the device for case c in bf16 with flash_sdp on or off */
-static double *attention_out(const ot_case *c, double *const *vals, int32_t flash) {
+typedef dlt_status (*sdp_setter)(dlt_ctx *, int32_t);
+
+/* Both fast paths off: the reference kernels serve every call. */
+static void sdp_reference_only(void) {
+    CHECK_OK(dlt_ctx_set_flash_sdp(g_dev, 0));
+    CHECK_OK(dlt_ctx_set_cudnn_sdp(g_dev, 0));
+}
+
+/* attention's output on the device for case c in bf16: with the path under test alone
+ * (on = 1) or with the reference kernels alone (on = 0) */
+static double *attention_out(const ot_case *c, double *const *vals, sdp_setter path, int32_t on) {
     dlt_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL;
     double *out = NULL;
-    CHECK_OK(dlt_ctx_set_flash_sdp(g_dev, flash));
+    sdp_reference_only();
+    CHECK_OK(path(g_dev, on));
     for (int i = 0; i < 3; i++) {
         in[i] = ot_tensor(g_dev, c, i, DLT_BF16, vals[i]);
         REQUIRE(in[i] != NULL, "input %d: %s", i, dlt_last_error());
@@ -131,9 +142,13 @@ static double *attention_out(const ot_case *c, double *const *vals, int32_t flas
     return out;
 }
 
-/* On sm_80+ the flash kernels must serve a bf16 head dim 64 call: the outputs of the two
- * paths agree within the tolerance but not bitwise (a silent fallback would be identical). */
-static void flash_engaged(void) {
+static sdp_setter g_path;
+static const char *g_path_name;
+
+/* On sm_80+ the path under test must serve g_case in bf16: its output and the reference
+ * kernels' agree within the tolerance but not bitwise (a silent fallback would be
+ * identical: P is rounded to the dtype before P V on the fast paths). */
+static void path_engaged(void) {
     if (!g_dev) SKIP("%s", g_no_dev);
     if (dlt_ctx_device_type(g_dev) != DLT_DEVICE_CUDA) SKIP("self-test: no CUDA device");
     dlt_device_info *info = NULL;
@@ -141,31 +156,36 @@ static void flash_engaged(void) {
     CHECK_OK(dlt_device_info_get(dlt_ctx_device_index(g_dev), &info));
     CHECK_OK(dlt_device_info_int(info, DLT_DEVINFO_CC_MAJOR, &major));
     dlt_device_info_destroy(info);
-    if (major < 8) SKIP("compute capability %lld.x: flash needs sm_80, the reference runs", (long long)major);
+    if (major < 8) SKIP("compute capability %lld.x: %s needs sm_80, the reference runs", (long long)major, g_path_name);
     const ot_case *c = g_case;
     double *vals[OT_MAX_IN] = {NULL};
     int64_t nv[OT_MAX_IN] = {0};
     for (int i = 0; i < c->n_in; i++) vals[i] = ot_values(c, i, DLT_BF16, &nv[i]);
-    double *ref = attention_out(c, vals, 0), *fl = attention_out(c, vals, 1);
-    CHECK_OK(dlt_ctx_set_flash_sdp(g_dev, 0));
+    double *ref = attention_out(c, vals, g_path, 0), *fast = attention_out(c, vals, g_path, 1);
+    sdp_reference_only();
     const int64_t n = ot_out_numel(c);
     int64_t differ = 0;
-    for (int64_t i = 0; i < n; i++) differ += ref[i] != fl[i];
-    const double e = ot_relnorm(fl, ref, n);
-    CHECK(e <= 1e-2, "%s: flash vs reference kernels rel err %.3g", c->name, e);
-    CHECK(differ > 0, "%s: flash on gives bitwise the reference kernels' output (%lld values): the flash "
-          "kernels did not run (a build without sm_80+ code?)", c->name, (long long)n);
-    printf("# flash engaged: %lld of %lld outputs differ from the reference kernels', rel err %.3g\n",
+    for (int64_t i = 0; i < n; i++) differ += ref[i] != fast[i];
+    const double e = ot_relnorm(fast, ref, n);
+    CHECK(e <= 1e-2, "%s: %s vs reference kernels rel err %.3g", c->name, g_path_name, e);
+    CHECK(differ > 0, "%s: %s on gives bitwise the reference kernels' output (%lld values): it did not serve "
+          "the call", c->name, g_path_name, (long long)n);
+    printf("# %s engaged: %lld of %lld outputs differ from the reference kernels', rel err %.3g\n", g_path_name,
            (long long)differ, (long long)n, e);
     free(ref);
-    free(fl);
+    free(fast);
     for (int i = 0; i < c->n_in; i++) free(vals[i]);
 }
 
-static void flash_pass(char *label, size_t n) {
+/* The attention rows in f16 and bf16 with only `path` of the fast paths on (the reference
+ * kernels serve what it cannot), then path_engaged on each case named in `engaged`. */
+static void sdp_pass(sdp_setter path, const char *name, const char *const *engaged, char *label, size_t n) {
     const ot_stem *st = &ot_stem_attention;
-    if (g_dev && dlt_ctx_set_flash_sdp(g_dev, 1) != DLT_OK) {
-        printf("Bail out! dlt_ctx_set_flash_sdp: %s\n", dlt_last_error());
+    g_path = path;
+    g_path_name = name;
+    if (g_dev && (dlt_ctx_set_flash_sdp(g_dev, 0) != DLT_OK || dlt_ctx_set_cudnn_sdp(g_dev, 0) != DLT_OK ||
+                  path(g_dev, 1) != DLT_OK)) {
+        printf("Bail out! attention settings: %s\n", dlt_last_error());
         return;
     }
     for (int i = 0; i < st->n_cases; i++) {
@@ -174,15 +194,24 @@ static void flash_pass(char *label, size_t n) {
         for (size_t d = 1; d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
             g_dtype = DTYPES[d].dtype;
             g_tol = DTYPES[d].tol;
-            snprintf(label, n, "%s/%s %s (flash, cuda vs cpu)", st->stem, g_case->name, dlt_dtype_name(g_dtype));
+            snprintf(label, n, "%s/%s %s (%s, cuda vs cpu)", st->stem, g_case->name, dlt_dtype_name(g_dtype), name);
             th_run(run_case, label);
         }
     }
-    for (int i = 0; i < st->n_cases; i++)
-        if (strcmp(st->cases[i].name, "tiles: 200 tokens, 16 heads of 64, causal") == 0) g_case = &st->cases[i];
-    snprintf(label, n, "%s/%s bf16 (flash kernels engaged)", st->stem, g_case->name);
-    th_run(flash_engaged, label);
-    if (g_dev && dlt_ctx_set_flash_sdp(g_dev, 0) != DLT_OK) printf("Bail out! %s\n", dlt_last_error());
+    for (const char *const *e = engaged; *e; e++) {
+        g_case = NULL;
+        for (int i = 0; i < st->n_cases; i++)
+            if (strcmp(st->cases[i].name, *e) == 0) g_case = &st->cases[i];
+        if (!g_case) {
+            printf("Bail out! no attention case named \"%s\"\n", *e);
+            continue;
+        }
+        snprintf(label, n, "%s/%s bf16 (%s engaged)", st->stem, g_case->name, name);
+        th_run(path_engaged, label);
+    }
+    /* back to the defaults */
+    if (g_dev && (dlt_ctx_set_flash_sdp(g_dev, 1) != DLT_OK || dlt_ctx_set_cudnn_sdp(g_dev, 1) != DLT_OK))
+        printf("Bail out! %s\n", dlt_last_error());
 }
 
 int main(void) {
@@ -212,7 +241,16 @@ int main(void) {
             }
         }
     }
-    if (th_group_on("flash")) flash_pass(label, sizeof label);
+    if (th_group_on("flash")) {
+        static const char *const engaged[] = {"tiles: 200 tokens, 16 heads of 64, causal", NULL};
+        sdp_pass(dlt_ctx_set_flash_sdp, "flash", engaged, label, sizeof label);
+    }
+    if (th_group_on("cudnn")) {
+        static const char *const engaged[] = {"cudnn: 128 tokens, 2 heads of 64, causal",
+                                              "cudnn: full, 128 queries, 256 keys, head dim 32",
+                                              "cudnn: head dim 72, scale 0.2, 128 tokens, causal", NULL};
+        sdp_pass(dlt_ctx_set_cudnn_sdp, "cudnn", engaged, label, sizeof label);
+    }
     dlt_ctx_destroy(g_dev);
     dlt_ctx_destroy(g_cpu);
     return th_done();

@@ -169,14 +169,18 @@ static void test_fail_alloc_hook(void) {
     dlt_ctx_destroy(ctx);
 }
 
-/* flash: the attention-kernel switch (torch.backends.cuda.enable_flash_sdp): stored on
- * the context, default on, and without effect on the CPU backend's attention. */
-static float *sdpa_cpu(dlt_ctx *ctx, int32_t flash) {
+/* flash and cudnn: the attention-kernel switches (torch.backends.cuda.enable_flash_sdp,
+ * enable_cudnn_sdp): stored on the context, default on, and without effect on the CPU
+ * backend's attention. */
+typedef dlt_status (*sdp_set_fn)(dlt_ctx *, int32_t);
+typedef dlt_status (*sdp_get_fn)(const dlt_ctx *, int32_t *);
+
+static float *sdpa_cpu(dlt_ctx *ctx, sdp_set_fn set, int32_t on) {
     const int64_t shape[4] = {1, 2, 5, 16};
     float v[160];
     for (int i = 0; i < 160; i++) v[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
     dlt_tensor *q = NULL, *y = NULL;
-    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, flash));
+    CHECK_OK(set(ctx, on));
     CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, shape, 4, DLT_FORMAT_CONTIGUOUS, v, sizeof v, &q));
     CHECK_OK(dlt_scaled_dot_product_attention(q, q, q, 1, 0.0, 0.0, &y));
     float *out = calloc(160, sizeof(float));
@@ -186,40 +190,44 @@ static float *sdpa_cpu(dlt_ctx *ctx, int32_t flash) {
     return out;
 }
 
-static void test_flash_sdp_setting(void) {
+static void check_sdp_setting(sdp_set_fn set, sdp_get_fn get, const char *set_name, const char *get_name) {
     dlt_ctx *ctx = NULL;
     CHECK_OK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
     int32_t on = 42;
-    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
-    CHECK(on == 1, "default %d, expected 1 (on, as torch.backends.cuda.flash_sdp_enabled)", on);
-    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 0));
-    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
-    CHECK(on == 0, "after set 0: %d", on);
-    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 1));
-    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
-    CHECK(on == 1, "after set 1: %d", on);
-    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 5)); /* any nonzero value is "on" */
-    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
-    CHECK(on == 1, "after set 5: %d", on);
-    CHECK_OK(dlt_ctx_set_flash_sdp(ctx, 0));
-    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
-    CHECK(on == 0, "after set 0: %d", on);
+    CHECK_OK(get(ctx, &on));
+    CHECK(on == 1, "%s: default %d, expected 1 (on, as in PyTorch)", get_name, on);
+    static const int32_t values[] = {0, 1, 5, 0}; /* any nonzero value is "on" */
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        CHECK_OK(set(ctx, values[i]));
+        CHECK_OK(get(ctx, &on));
+        CHECK(on == (values[i] != 0), "%s after set %d: %d", get_name, values[i], on);
+    }
     /* errors: NULL context or out-pointer, nothing written */
-    CHECK_STATUS(dlt_ctx_set_flash_sdp(NULL, 1), DLT_ERR_NULL_POINTER);
-    CHECK(strstr(dlt_last_error(), "dlt_ctx_set_flash_sdp") == dlt_last_error(), "%s", dlt_last_error());
+    CHECK_STATUS(set(NULL, 1), DLT_ERR_NULL_POINTER);
+    CHECK(strstr(dlt_last_error(), set_name) == dlt_last_error(), "%s", dlt_last_error());
     on = 42;
-    CHECK_STATUS(dlt_ctx_flash_sdp_enabled(NULL, &on), DLT_ERR_NULL_POINTER);
-    CHECK(strstr(dlt_last_error(), "dlt_ctx_flash_sdp_enabled") == dlt_last_error(), "%s", dlt_last_error());
+    CHECK_STATUS(get(NULL, &on), DLT_ERR_NULL_POINTER);
+    CHECK(strstr(dlt_last_error(), get_name) == dlt_last_error(), "%s", dlt_last_error());
     CHECK(on == 42, "out written on failure: %d", on);
-    CHECK_STATUS(dlt_ctx_flash_sdp_enabled(ctx, NULL), DLT_ERR_NULL_POINTER);
-    CHECK_OK(dlt_ctx_flash_sdp_enabled(ctx, &on));
+    CHECK_STATUS(get(ctx, NULL), DLT_ERR_NULL_POINTER);
+    CHECK_OK(get(ctx, &on));
     CHECK(on == 0, "a failed call changed the setting: %d", on);
     /* the CPU backend ignores it: bitwise the same attention either way */
-    float *a = sdpa_cpu(ctx, 0), *b = sdpa_cpu(ctx, 1);
-    CHECK(memcmp(a, b, 160 * sizeof(float)) == 0, "CPU attention changed with flash_sdp on");
+    float *a = sdpa_cpu(ctx, set, 0), *b = sdpa_cpu(ctx, set, 1);
+    CHECK(memcmp(a, b, 160 * sizeof(float)) == 0, "CPU attention changed with %s on", set_name);
     free(a);
     free(b);
     dlt_ctx_destroy(ctx);
+}
+
+static void test_flash_sdp_setting(void) {
+    check_sdp_setting(dlt_ctx_set_flash_sdp, dlt_ctx_flash_sdp_enabled, "dlt_ctx_set_flash_sdp",
+                      "dlt_ctx_flash_sdp_enabled");
+}
+
+static void test_cudnn_sdp_setting(void) {
+    check_sdp_setting(dlt_ctx_set_cudnn_sdp, dlt_ctx_cudnn_sdp_enabled, "dlt_ctx_set_cudnn_sdp",
+                      "dlt_ctx_cudnn_sdp_enabled");
 }
 
 static void test_cuda_ctx(void) {
@@ -244,6 +252,7 @@ int main(void) {
     RUN(test_memory_stats_cpu);
     RUN(test_fail_alloc_hook);
     RUN(test_flash_sdp_setting);
+    RUN(test_cudnn_sdp_setting);
     RUN(test_cuda_ctx);
     return th_done();
 }

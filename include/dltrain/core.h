@@ -229,7 +229,7 @@ DLT_API DLT_NODISCARD dlt_status dlt_set_num_threads(int32_t n);
  *  without OpenMP. */
 DLT_API int32_t dlt_get_num_threads(void);
 
-/* ---- flash (issue 18): tensor-core attention, torch.backends.cuda.enable_flash_sdp ---- */
+/* ---- attention kernels: torch.backends.cuda.enable_flash_sdp / enable_cudnn_sdp ---- */
 /** Lets dlt_scaled_dot_product_attention use the FlashAttention-2 kernels on CUDA
  *  (torch.backends.cuda.enable_flash_sdp): 1 on, 0 off. Where they cannot serve a call (f32,
  *  a head dim that is not a multiple of 16 or is above 128, a GPU below sm_80) the reference
@@ -244,6 +244,21 @@ DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_flash_sdp(dlt_ctx *ctx, int32_t ena
  *  torch.backends.cuda.flash_sdp_enabled).
  *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx or out). */
 DLT_API DLT_NODISCARD dlt_status dlt_ctx_flash_sdp_enabled(const dlt_ctx *ctx, int32_t *out);
+/** Lets dlt_scaled_dot_product_attention use cuDNN's fused flash attention on CUDA
+ *  (torch.backends.cuda.enable_cudnn_sdp): 1 on, 0 off. When on it is tried first; it serves
+ *  f16/bf16 calls without dropout whose query and key lengths are multiples of 128 and
+ *  whose head dim is a multiple of 8 up to 128, on GPUs and cuDNN versions that have an
+ *  engine for the graph (sm_80 and newer; deterministic mode keeps it out of the backward,
+ *  whose dQ accumulation is not deterministic). Other calls take the flash kernels
+ *  (dlt_ctx_set_flash_sdp) or the reference kernels; all paths keep the same log-sum-exp,
+ *  so forward and backward may mix. Stored on the context; the CPU backend ignores it.
+ *  Default 1.
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx). */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_cudnn_sdp(dlt_ctx *ctx, int32_t enabled);
+/** Reads the setting of dlt_ctx_set_cudnn_sdp into *out (0 or 1;
+ *  torch.backends.cuda.cudnn_sdp_enabled).
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx or out). */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_cudnn_sdp_enabled(const dlt_ctx *ctx, int32_t *out);
 
 /* ---------------------------------------------------------------------------------------
  * Memory

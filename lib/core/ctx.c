@@ -50,6 +50,7 @@ dlt_status dlt_ctx_create(int32_t device_type, int32_t device_index, uint32_t ab
     ctx->be = be;
     ctx->grad_enabled = 1;
     ctx->flash_sdp = 1; /* verified on an H200 2026-12-02 (docs/performance.md) */
+    ctx->cudnn_sdp = 1;
     ctx->autocast_depth = 0;
     dlt_status st = be->ctx_init ? be->ctx_init(ctx) : DLT_OK;
     if (st != DLT_OK) {
@@ -205,6 +206,19 @@ dlt_status dlt_ctx_flash_sdp_enabled(const dlt_ctx *ctx, int32_t *out) {
     DLT_NULL_CHECK(ctx, "dlt_ctx_flash_sdp_enabled");
     DLT_NULL_CHECK(out, "dlt_ctx_flash_sdp_enabled");
     *out = ctx->flash_sdp;
+    return DLT_OK;
+}
+
+dlt_status dlt_ctx_set_cudnn_sdp(dlt_ctx *ctx, int32_t enabled) {
+    DLT_NULL_CHECK(ctx, "dlt_ctx_set_cudnn_sdp");
+    ctx->cudnn_sdp = enabled != 0;
+    return DLT_OK;
+}
+
+dlt_status dlt_ctx_cudnn_sdp_enabled(const dlt_ctx *ctx, int32_t *out) {
+    DLT_NULL_CHECK(ctx, "dlt_ctx_cudnn_sdp_enabled");
+    DLT_NULL_CHECK(out, "dlt_ctx_cudnn_sdp_enabled");
+    *out = ctx->cudnn_sdp;
     return DLT_OK;
 }
 

@@ -61,6 +61,8 @@ struct dlt_ctx {
     dlt__env env; /* the environment variables, read once when the context is created */
     /* flash: dlt_ctx_set_flash_sdp (CUDA f16/bf16 attention on tensor cores); CPU ignores it */
     int32_t flash_sdp;
+    /* cudnn_sdp: dlt_ctx_set_cudnn_sdp (cuDNN's fused attention first on CUDA); CPU ignores it */
+    int32_t cudnn_sdp;
 };
 
 /* Fails with DLT_ERR_CONTEXT_POISONED if an earlier asynchronous fault broke the context. */

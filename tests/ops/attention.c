@@ -82,6 +82,20 @@ static const ot_case CASES[] = {
      {1, 1, 70, 96}, -1, {0}, {0.0, 0.2}, .flags = OT_NO_FD},
     {"tiles: 200 tokens, 16 heads of 64, causal", fwd, ref, 3, QKV(1, 16, 200, 200, 64), 4, {1, 16, 200, 64}, -1,
      {1}, .flags = OT_NO_FD},
+    /* cuDNN's fused attention (cuda/attention_cudnn.c) serves f16/bf16 without dropout when
+     * T and S are multiples of 128 and D a multiple of 8 up to 128: causal with equal, more
+     * and fewer keys, full, a head dim only cuDNN takes (72: not a multiple of 16), scale.
+     * cuda_op_table's group "cudnn" checks that cuDNN really served. */
+    {"cudnn: 128 tokens, 2 heads of 64, causal", fwd, ref, 3, QKV(1, 2, 128, 128, 64), 4, {1, 2, 128, 64}, -1, {1},
+     .flags = OT_NO_FD},
+    {"cudnn: full, 128 queries, 256 keys, head dim 32", fwd, ref, 3, QKV(2, 1, 128, 256, 32), 4, {2, 1, 128, 32},
+     -1, {0}, .flags = OT_NO_FD},
+    {"cudnn: causal, 128 queries, 256 keys, head dim 128", fwd, ref, 3, QKV(1, 1, 128, 256, 128), 4,
+     {1, 1, 128, 128}, -1, {1}, .flags = OT_NO_FD},
+    {"cudnn: causal, 256 queries, 128 keys, head dim 64", fwd, ref, 3, QKV(1, 1, 256, 128, 64), 4, {1, 1, 256, 64},
+     -1, {1}, .flags = OT_NO_FD},
+    {"cudnn: head dim 72, scale 0.2, 128 tokens, causal", fwd, ref, 3, QKV(1, 2, 128, 128, 72), 4, {1, 2, 128, 72},
+     -1, {1}, {0.0, 0.2}, .flags = OT_NO_FD},
 };
 
 static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {

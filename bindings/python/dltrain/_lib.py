@@ -86,6 +86,8 @@ _SIGNATURES = {
     # flash (issue 18): tensor-core attention switch (torch.backends.cuda.enable_flash_sdp)
     "dlt_ctx_set_flash_sdp": (STATUS, [PTR, I32]),
     "dlt_ctx_flash_sdp_enabled": (STATUS, [PTR, P(I32)]),
+    "dlt_ctx_set_cudnn_sdp": (STATUS, [PTR, I32]),
+    "dlt_ctx_cudnn_sdp_enabled": (STATUS, [PTR, P(I32)]),
     "dlt_memory_stat": (STATUS, [PTR, I32, P(U64)]),
     "dlt_memory_reset_peak": (STATUS, [PTR]),
     "dlt_empty_cache": (STATUS, [PTR]),

@@ -299,6 +299,19 @@ class Context(Handle):
         check(lib.dlt_ctx_flash_sdp_enabled(self.handle, ctypes.byref(v)))
         return bool(v.value)
 
+    # PyTorch's torch.backends.cuda.enable_cudnn_sdp / cudnn_sdp_enabled
+    def enable_cudnn_sdp(self, enabled=True):
+        """Lets scaled_dot_product_attention use cuDNN's fused flash attention on CUDA, tried
+        before the flash kernels (f16/bf16 without dropout, query and key lengths multiples
+        of 128, head dim a multiple of 8 up to 128). On by default; the CPU ignores it."""
+        check(lib.dlt_ctx_set_cudnn_sdp(self.handle, 1 if enabled else 0))
+
+    def cudnn_sdp_enabled(self):
+        """True when enable_cudnn_sdp is on for this context."""
+        v = ctypes.c_int32()
+        check(lib.dlt_ctx_cudnn_sdp_enabled(self.handle, ctypes.byref(v)))
+        return bool(v.value)
+
     # ---- memory --------------------------------------------------------------------------
     def memory_stat(self, which):
         """One DLT_MEM_* statistic: MEM_ALLOCATED, MEM_PEAK_ALLOCATED, MEM_RESERVED,

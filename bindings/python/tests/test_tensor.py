@@ -211,6 +211,12 @@ def test_context_properties_and_memory_stats():
     assert ctx.flash_sdp_enabled() is False
     ctx.enable_flash_sdp(True)
     assert ctx.flash_sdp_enabled() is True
+    # cudnn: torch.backends.cuda.enable_cudnn_sdp's counterpart, on by default
+    assert ctx.cudnn_sdp_enabled() is True
+    ctx.enable_cudnn_sdp(False)
+    assert ctx.cudnn_sdp_enabled() is False
+    ctx.enable_cudnn_sdp(True)
+    assert ctx.cudnn_sdp_enabled() is True
 
 
 def test_current_context_and_factories():
