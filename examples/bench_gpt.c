@@ -17,9 +17,8 @@
  *
  *   bench_gpt [--preset gpt2] [--batch 8,16,32] [--context 1024] [--amp bf16,fp16]
  *             [--mode eager,graph] [--steps 20] [--blocks 5] [--warmup 5] [--device cuda|cpu]
- *             [--peak-tflops X] [--json FILE] [--sdp math|flash]
- * --sdp picks the attention kernels (dlt_ctx_set_flash_sdp): flash (tensor cores, f16/bf16;
- * the default) or math, the reference kernels.
+ *             [--peak-tflops X] [--json FILE] [--sdp math|flash|cudnn]
+ * --sdp picks the attention kernels (gpt_step.h): cudnn (the default), flash or math.
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,7 +35,7 @@
 #define SPEC_TFLOPS 989.0  /* H100/H200 SXM dense bf16, the anchors' reference */
 #define EPOCH_TOKENS 1003854 /* tiny Shakespeare's training split (nanoGPT's shakespeare_char) */
 
-static int32_t g_flash_sdp = 1; /* flash: --sdp */
+static int32_t g_sdp = GPT_SDP_CUDNN; /* --sdp */
 
 typedef struct cfg {
     int64_t batch;
@@ -75,7 +74,7 @@ static void run_cfg(int32_t device, const dlt_gpt_config *gc, int64_t T, const c
     } while (0)
     RUN(dlt_ctx_create(device, 0, DLT_ABI_VERSION, &s.ctx));
     RUN(dlt_ctx_set_seed(s.ctx, 0));
-    RUN(dlt_ctx_set_flash_sdp(s.ctx, g_flash_sdp));
+    RUN(gpt_set_sdp(s.ctx, g_sdp));
     RUN(dlt_synthetic_tokens_create(s.ctx, c->batch * T * 16 + 1, (int32_t)gc->vocab_size, 1, &ds));
     RUN(dlt_token_loader_create(ds, c->batch, T, 0, &s.loader));
     double t0 = run_record_mono_now();
@@ -137,8 +136,6 @@ static int parse_preset(const char *arg, void *dst) {
     return 0;
 }
 
-static const char *const SDP_NAMES[] = {"math", "flash", NULL};
-static const int32_t SDP_VALUES[] = {0, 1};
 static const char *const DEVICE_NAMES[] = {"cuda", "cpu", NULL};
 static const int32_t DEVICE_VALUES[] = {DLT_DEVICE_CUDA, DLT_DEVICE_CPU};
 
@@ -175,8 +172,8 @@ int main(int argc, char **argv) {
          .help = "the GEMM rate for the second MFU column (measured with\ndlt_bench_gemm bf16 8192^3 on CUDA when not given)"},
         {"json", CLI_STRING, &json, .metavar = "FILE",
          .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
-        {"sdp", CLI_CHOICE, &g_flash_sdp, .choices = SDP_NAMES, .values = SDP_VALUES, .metavar = "K",
-         .help = "attention kernels: flash (tensor cores, f16/bf16; the\ndefault) or math (the reference kernels)"},
+        {"sdp", CLI_CHOICE, &g_sdp, .choices = GPT_SDP_NAMES, .values = GPT_SDP_VALUES, .metavar = "K",
+         .help = "attention kernels: cudnn (cuDNN's fused attention, then\nflash; the default), flash (our tensor-core kernels) or\nmath (the reference kernels)"},
     };
     int rc = cli_parse(argc, argv, PROG, opts, (int)(sizeof opts / sizeof opts[0]));
     if (rc) return rc == 1 ? 0 : rc;
@@ -223,7 +220,7 @@ int main(int argc, char **argv) {
            "MFU against %g TFLOP/s (spec) and %s (%s)\n",
            dlt_version_string(), name, preset, gc.n_layer, gc.n_head, (long long)gc.n_embd, (long long)gc.vocab_size,
            (long long)(gc.padded_vocab_size ? gc.padded_vocab_size : gc.vocab_size), (long long)T,
-           g_flash_sdp ? "flash" : "math", (int)blocks, (int)steps, (int)warmup, SPEC_TFLOPS,
+           GPT_SDP_NAMES[g_sdp], (int)blocks, (int)steps, (int)warmup, SPEC_TFLOPS,
            peak_tflops > 0 ? "a GEMM rate" : "no GEMM rate", gemm_src);
     printf("| %-5s | %-7s | %-11s | %-6s | %-9s | %-9s | %-8s | %-8s | %-8s | %-12s | %-6s | %-7s |\n", "batch",
            "context", "precision", "mode", "ms/step", "tokens/s", "MFU spec", "MFU gemm", "peak MiB", "first step s",
@@ -296,7 +293,7 @@ int main(int argc, char **argv) {
         else rr_num(w, "parameters", NAN);
         rr_int(w, "sequence_length", T);
         rr_bool(w, "deterministic", 0);
-        rr_str(w, "attention", g_flash_sdp ? "flash" : "math");
+        rr_str(w, "attention", GPT_SDP_NAMES[g_sdp]);
         cJSON *opt = cJSON_AddObjectToObject(w, "optimizer");
         rr_str(opt, "name", "adamw");
         rr_num(opt, "lr", 6e-4);

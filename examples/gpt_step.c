@@ -116,3 +116,11 @@ double gpt_flops_per_token(const dlt_module *gpt, int64_t T) {
     const double N = (double)gpt_num_params(gpt, 1);
     return 6.0 * N + 12.0 * c.n_layer * c.n_head * (double)(c.n_embd / c.n_head) * (double)T;
 }
+
+const char *const GPT_SDP_NAMES[] = {"math", "flash", "cudnn", NULL};
+const int32_t GPT_SDP_VALUES[] = {GPT_SDP_MATH, GPT_SDP_FLASH, GPT_SDP_CUDNN};
+
+dlt_status gpt_set_sdp(dlt_ctx *ctx, int32_t sdp) {
+    dlt_status st = dlt_ctx_set_flash_sdp(ctx, sdp >= GPT_SDP_FLASH);
+    return st != DLT_OK ? st : dlt_ctx_set_cudnn_sdp(ctx, sdp == GPT_SDP_CUDNN);
+}

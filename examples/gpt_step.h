@@ -53,4 +53,15 @@ int64_t gpt_num_params(const dlt_module *gpt, int non_embedding);
  * 6 * N + 12 * n_layer * n_head * (n_embd / n_head) * T, N = gpt_num_params(non_embedding). */
 double gpt_flops_per_token(const dlt_module *gpt, int64_t T);
 
+/* --sdp K: the attention kernels, in PyTorch's terms (torch.backends.cuda.enable_*_sdp):
+ * "cudnn" (the default) tries cuDNN's fused attention, then the flash kernels, then the
+ * reference kernels; "flash" the flash kernels, then the reference; "math" the reference
+ * kernels alone. */
+#define GPT_SDP_MATH 0
+#define GPT_SDP_FLASH 1
+#define GPT_SDP_CUDNN 2
+extern const char *const GPT_SDP_NAMES[];
+extern const int32_t GPT_SDP_VALUES[];
+dlt_status gpt_set_sdp(dlt_ctx *ctx, int32_t sdp);
+
 #endif

@@ -69,7 +69,7 @@ static void defaults(options *o) {
     o->warmup_iters = -1;
     o->lr_decay_iters = -1;
     o->amp = DLT_BF16;
-    o->flash_sdp = 1;
+    o->sdp = GPT_SDP_CUDNN;
     o->eval_interval = 250;
     o->eval_iters = 200;
     o->log_interval = 10;
@@ -108,9 +108,6 @@ static const char *const DEVICE_NAMES[] = {"cuda", "cpu", NULL};
 static const int32_t DEVICE_VALUES[] = {DLT_DEVICE_CUDA, DLT_DEVICE_CPU};
 static const char *const AMP_NAMES[] = {"bf16", "fp16", "fp32", NULL};
 static const int32_t AMP_VALUES[] = {DLT_BF16, DLT_F16, DLT_F32};
-/* flash: attention kernels (torch.backends.cuda.enable_flash_sdp / the math path) */
-static const char *const SDP_NAMES[] = {"math", "flash", NULL};
-static const int32_t SDP_VALUES[] = {0, 1};
 static const char *const FORMAT_NAMES[] = {"llmc", "raw", NULL};
 static const int32_t FORMAT_VALUES[] = {DLT_TOKENS_LLMC, DLT_TOKENS_RAW};
 static const char *const BOOL_NAMES[] = {"true", "false", "True", "False", "on", "off", "1", "0", NULL};
@@ -177,8 +174,8 @@ static int parse_args(int argc, char **argv, options *o) {
         {"eager", CLI_FLAG, &o->eager, .help = "plain calls instead of one captured CUDA graph per step"},
         {"deterministic", CLI_FLAG, &o->deterministic,
          .help = "deterministic kernels only (bitwise-reproducible CUDA runs)"},
-        {"sdp", CLI_CHOICE, &o->flash_sdp, .choices = SDP_NAMES, .values = SDP_VALUES, .metavar = "K",
-         .help = "attention kernels on CUDA: flash (tensor cores, f16/bf16;\nthe default) or math (the reference kernels)"},
+        {"sdp", CLI_CHOICE, &o->sdp, .choices = GPT_SDP_NAMES, .values = GPT_SDP_VALUES, .metavar = "K",
+         .help = "attention kernels on CUDA: cudnn (cuDNN's fused attention,\nthen flash; the default), flash (our tensor-core kernels)\nor math (the reference kernels)"},
         {"sample", CLI_INT, &o->sample, .lo = 0, .hi = 1000000, .metavar = "N",
          .help = "generate N tokens at the end (0)"},
         {"prompt", CLI_STRING, &o->prompt, .metavar = "S",
@@ -386,7 +383,7 @@ int main(int argc, char **argv) {
     /* dropout's stream per rank (nanoGPT: seed + seed_offset); the initial weights are rank 0's */
     TRY(dlt_ctx_set_seed(r->ctx, (uint64_t)o->seed + (uint64_t)r->rank));
     TRY(dlt_ctx_set_deterministic(r->ctx, o->deterministic));
-    TRY(dlt_ctx_set_flash_sdp(r->ctx, o->flash_sdp));
+    TRY(gpt_set_sdp(r->ctx, o->sdp));
     TRY(dlt_ctx_device_name(r->ctx, r->devname, sizeof r->devname));
 
     /* model shape: the preset, then the explicit options */

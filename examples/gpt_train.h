@@ -31,7 +31,7 @@ typedef struct options {
     const char *out;
     int64_t save_every;
     int resume, eager, deterministic;
-    int32_t flash_sdp; /* flash: --sdp flash|math (dlt_ctx_set_flash_sdp) */
+    int32_t sdp;       /* --sdp cudnn|flash|math (GPT_SDP_*, gpt_step.h) */
     int64_t sample, top_k, seed;
     double temperature, peak_tflops;
     const char *prompt, *json;

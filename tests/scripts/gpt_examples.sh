@@ -8,7 +8,7 @@
 # options, no checkpoint to resume) exits 1 or 2 with a message naming it; --recipe sets
 # nanoGPT's shakespeare_char values and later options override it; the Python twin
 # (examples/python/gpt_train.py) prints the same losses and writes the same checkpoint bytes;
-# examples/bench_gpt runs on the CPU; the GPU-side scripts parse, and the peers' comparison
+# examples/bench_gpt and bench_attention run on the CPU; the GPU-side scripts parse, and the peers' comparison
 # reads canned outputs. On a CUDA build with a GPU: graph vs eager and a deterministic
 # resume on the GPU (skipped elsewhere).
 #   usage: gpt_examples.sh BUILD/examples SOURCE_ROOT [LIBDLTRAIN_SO|-] [SANITIZE]
@@ -156,6 +156,15 @@ if [ $rc = 0 ] && [ "$rows" = 4 ] && "$py" "$src/scripts/check_record.py" "$tmp/
   ok "bench_gpt --device cpu --preset tiny: 4 configurations and a valid record"
 else notok "bench_gpt (rc=$rc, $rows rows)"; fi
 
+# bench_attention on the CPU: one row per path asked for, usage errors for a bad path
+"$bin/bench_attention" --device cpu --batch 1 --heads 2 --context 16 --head-dim 8 --steps 2 --warmup 1 \
+  >"$tmp/out" 2>&1; rc=$?
+rows=$(grep -cE '^\| libdltrain \| (cudnn|flash|math) \| [0-9.]+ \| [0-9.]+ \|' "$tmp/out")
+"$bin/bench_attention" --device cpu --sdp flash,bogus >>"$tmp/out" 2>&1; rc_bad=$?
+if [ $rc = 0 ] && [ "$rows" = 3 ] && [ $rc_bad = 2 ]; then
+  ok "bench_attention --device cpu: a row per attention path; a bad --sdp is a usage error"
+else notok "bench_attention (rc=$rc, $rows rows, bad --sdp rc=$rc_bad)"; fi
+
 # 15: the peers' comparison on canned outputs (the formats of torch_gpt2.py and run_llmc.sh)
 cat >"$tmp/torch.txt" <<'EOF'
 {"torch": "2.11.0", "gpu": "NVIDIA H200"}
@@ -177,8 +186,8 @@ else notok "bench_gpt_compare.py (rc=$rc)"; fi
 
 # 16: the GPU-side scripts parse
 bad=""
-for f in scripts/bench_gpt_vs_peers.sh scripts/device/gpu_check.sh; do bash -n "$src/$f" 2>>"$tmp/out" || bad="$bad $f"; done
-for f in scripts/hf_gpt2_interop.py scripts/bench_gpt_compare.py examples/python/gpt_train.py; do
+for f in scripts/bench_gpt_vs_peers.sh scripts/bench_attention_vs_torch.sh scripts/device/gpu_check.sh; do bash -n "$src/$f" 2>>"$tmp/out" || bad="$bad $f"; done
+for f in scripts/hf_gpt2_interop.py scripts/bench_gpt_compare.py scripts/bench_attention_torch.py examples/python/gpt_train.py; do
   "$py" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$src/$f" 2>>"$tmp/out" || bad="$bad $f"
 done
 if [ -z "$bad" ]; then ok "the GPU-side scripts parse (bash -n, Python syntax)"; else notok "syntax:$bad"; fi
