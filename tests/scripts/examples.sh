@@ -6,8 +6,9 @@
 # (symlink loop, dangling link, no permission, unsearchable directory) exits 1 naming it,
 # never trains on synthetic data (item 10); a resumed checkpoint's position is checked
 # (item 6: past --epochs, finished, a step counter that would overflow, a negative step).
-# --log-every 0 prints every epoch's loss; --mode graph takes --mode eager's steps; the
-# Python twin runs and its graph mode matches too.
+# --log-every 0 prints every epoch's loss; --mode graph takes --mode eager's steps, and the
+# default (graph on CUDA) is eager on the CPU, as is --eager, which contradicts --mode graph;
+# the Python twin runs and its graph mode matches too.
 bin="$1"; src="$2"; lib="${3:--}"; sanitize="${4:-none}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=${DLT_CIFAR10_DIR:-$src/../shared/data/cifar10-subset}
@@ -58,17 +59,33 @@ for ex in resnet50_cifar10 grad_accum; do
   else notok "$ex: --log-every 0, 3 epochs of 16 images (rc=$rc, $losses finite epoch losses)"; fi
   # --mode graph takes the same steps as --mode eager: on the CPU the graph's step runs as
   # plain calls, so the epoch losses must agree to the digit (10 images at batch 4: two full
-  # batches and one of 2; grad_accum's group of 2 left unfinished carries into the next epoch)
+  # batches and one of 2; grad_accum's group of 2 left unfinished carries into the next epoch).
+  # The default is graph mode on CUDA only: here it runs --mode eager's steps and says eager.
   tiny_cifar 10 5 >"$tmp/tiny/data_batch_1.bin"
   acc=(); [ $ex = grad_accum ] && acc=(--accum 2)
-  for m in eager graph; do
-    "$bin/$ex" --device cpu --batch 4 "${acc[@]}" --epochs 2 --log-every 0 --data "$tmp/tiny" --mode $m >"$tmp/out-$m" 2>&1
+  for m in eager graph default; do
+    mode=(--mode $m); [ $m = default ] && mode=()
+    "$bin/$ex" --device cpu --batch 4 "${acc[@]}" --epochs 2 --log-every 0 --data "$tmp/tiny" "${mode[@]}" >"$tmp/out-$m" 2>&1
     echo "rc=$?" >>"$tmp/out-$m"
   done
   if grep -q '^rc=0$' "$tmp/out-graph" && [ "$(grep -c '^Epoch .*Loss' "$tmp/out-eager")" = 2 ] &&
-     [ "$(grep -E '^Epoch|^rc=' "$tmp/out-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/out-graph")" ]; then
+     [ "$(grep -E '^Epoch|^rc=' "$tmp/out-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/out-graph")" ] &&
+     grep -q '^model: .*, mode: eager (no CUDA graphs on the CPU), data' "$tmp/out-graph"; then
     ok "$ex: --mode graph's epoch losses equal --mode eager's" "$(grep '^Epoch 1' "$tmp/out-graph")"
   else cat "$tmp/out-eager" "$tmp/out-graph" >"$tmp/out"; notok "$ex: --mode graph against --mode eager"; fi
+  if [ "$(grep -E '^Epoch|^rc=' "$tmp/out-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/out-default")" ] &&
+     grep -q '^model: .*, mode: eager, data' "$tmp/out-default" && grep -q '^model: .*, mode: eager, data' "$tmp/out-eager"; then
+    ok "$ex: the default on the CPU is eager, with --mode eager's epoch losses"
+  else cat "$tmp/out-eager" "$tmp/out-default" >"$tmp/out"; notok "$ex: the default on the CPU against --mode eager"; fi
+  # --eager is --mode eager (its first epoch suffices), and contradicts --mode graph
+  "$bin/$ex" --device cpu --batch 4 "${acc[@]}" --epochs 1 --log-every 0 --data "$tmp/tiny" --eager >"$tmp/out" 2>&1; rc=$?
+  if [ $rc = 0 ] && grep -q '^model: .*, mode: eager, data' "$tmp/out" &&
+     [ "$(grep '^Epoch' "$tmp/out")" = "$(grep '^Epoch 0' "$tmp/out-eager")" ]; then ok "$ex: --eager runs --mode eager's steps"
+  else notok "$ex: --eager (rc=$rc)"; fi
+  "$bin/$ex" --eager --mode graph >"$tmp/out" 2>&1; rc=$?
+  if [ $rc = 2 ] && grep -q 'contradict' "$tmp/out" && grep -q '^usage:' "$tmp/out"; then
+    ok "$ex: --eager with --mode graph exits 2 with the usage"
+  else notok "$ex: --eager with --mode graph (rc=$rc)"; fi
   "$bin/$ex" --bogus >"$tmp/out" 2>&1; rc=$?
   if [ $rc = 2 ] && grep -q '^usage:' "$tmp/out"; then ok "$ex: bad flag exits 2 with the usage"; else notok "$ex: bad flag (rc=$rc)"; fi
   "$bin/$ex" --batch 0 >"$tmp/out" 2>&1; rc=$?
