@@ -9,8 +9,9 @@ autocast fp16 (on CUDA), cross-entropy, "Epoch e, Loss: l" printed every step.
     # no data at hand: a learnable synthetic dataset, a few steps on the CPU
     python3 examples/python/resnet50_cifar10.py --device cpu --batch 8 --steps 3
 
---mode graph replays one captured CUDA graph per step for each epoch's full batches and
-runs the short last batch as plain calls (examples/train.c's --mode graph; the same losses).
+On CUDA each epoch's full batches replay one captured CUDA graph per step and the short
+last batch runs as plain calls (examples/train.c's graph mode; the same losses as plain
+calls). --eager (or --mode eager) opts out; the CPU has no graphs and runs plain calls.
 
 The binding finds libdltrain as an installed library (libdltrain.so.1) or through
 DLTRAIN_LIBRARY=/path/to/libdltrain.so; from a source checkout this script also finds the
@@ -49,10 +50,17 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--synthetic-size", type=int, default=50000,
                    help="images in the synthetic dataset (50000)")
-    p.add_argument("--mode", choices=("eager", "graph"), default="eager",
-                   help="eager (plain calls) or graph (one captured CUDA graph per step, "
-                   "replayed; the CPU runs plain calls)")
-    return p.parse_args()
+    p.add_argument("--mode", choices=("eager", "graph"), default=None,
+                   help="graph (one captured CUDA graph per step, replayed; the default on "
+                   "CUDA) or eager (plain calls; the default on the CPU, which has no graphs)")
+    p.add_argument("--eager", action="store_true",
+                   help="plain calls instead of a captured graph (--mode eager)")
+    args = p.parse_args()
+    if args.eager:
+        if args.mode == "graph":
+            p.error("--eager and --mode graph contradict each other")
+        args.mode = "eager"
+    return args
 
 
 def main():
@@ -60,6 +68,10 @@ def main():
     device = args.device or ("cuda" if dltrain.cuda_is_available() else "cpu")
     ctx = dltrain.Context(device, seed=args.seed)
     use_amp = ctx.is_cuda  # the PyTorch script's autocast and GradScaler are CUDA's
+    use_graph = (args.mode or ("graph" if ctx.is_cuda else "eager")) == "graph"
+    # what runs: an explicit --mode graph on the CPU takes the graph's path, as plain calls
+    mode = ("eager" if not use_graph else "graph" if ctx.is_cuda
+            else "eager (no CUDA graphs on the CPU)")
 
     with ctx:  # the current context of everything made below
         model = resnet50(args.num_classes)
@@ -72,9 +84,10 @@ def main():
                                          seed=args.seed, learnable=True)
         train_loader = DataLoader(train_set, batch_size=args.batch, shuffle=True,
                                   seed=args.seed)
-        print("libdltrain %s on %s: resnet50(%d), %d parameters, %d images, %d batches/epoch"
-              % (dltrain.version_string(), ctx.device_name, args.num_classes,
-                 model.param_count(), len(train_set), len(train_loader)), flush=True)
+        print("libdltrain %s on %s: resnet50(%d), %d parameters, %d images, %d batches/epoch, "
+              "mode %s" % (dltrain.version_string(), ctx.device_name, args.num_classes,
+                           model.param_count(), len(train_set), len(train_loader), mode),
+              flush=True)
 
         def train_step(inputs, targets):
             optimizer.zero_grad()
@@ -102,11 +115,14 @@ def main():
         for epoch in range(args.epochs):
             train_loader.start_epoch(epoch)
             replays = 0
-            for b in range(full_batches if args.mode == "graph" else 0):
+            for b in range(full_batches if use_graph else 0):
                 if args.steps and step >= args.steps:
                     break
                 if graph is None:  # its warm-up call is this step; the capture runs nothing
                     graph = dltrain.Graph(captured_step, warmup=1)
+                    if ctx.is_cuda and not graph.is_captured:  # still right, only slower
+                        print("note: the step could not be captured as a CUDA graph; "
+                              "it runs as plain calls", flush=True)
                 else:
                     graph.run()
                     replays += graph.is_captured

@@ -8,7 +8,7 @@
 # (item 6: past --epochs, finished, a step counter that would overflow, a negative step).
 # --log-every 0 prints every epoch's loss; --mode graph takes --mode eager's steps, and the
 # default (graph on CUDA) is eager on the CPU, as is --eager, which contradicts --mode graph;
-# the Python twin runs and its graph mode matches too.
+# the Python twin runs and its modes match too.
 bin="$1"; src="$2"; lib="${3:--}"; sanitize="${4:-none}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=${DLT_CIFAR10_DIR:-$src/../shared/data/cifar10-subset}
@@ -147,20 +147,34 @@ else
   for i in 1 2 3 4; do skip "resume case $i" "no checkpoint was saved"; done
 fi
 # the Python twin (examples/python/resnet50_cifar10.py): runs, and its --mode graph prints
-# --mode eager's losses (10 synthetic images at batch 4: two full batches and one of 2)
+# --mode eager's losses (10 synthetic images at batch 4: two full batches and one of 2); its
+# default is eager on the CPU, --eager is --mode eager and contradicts --mode graph
 py=python3; [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 if [ "$sanitize" != none ]; then skip "the Python twin" "a sanitized library cannot be loaded into Python"
 elif [ "$lib" = - ] || [ ! -f "$lib" ]; then skip "the Python twin" "no shared library"
 else
-  for m in eager graph; do
-    DLTRAIN_LIBRARY="$lib" PYTHONPATH="$src/bindings/python" PYTHONDONTWRITEBYTECODE=1 "$py" \
-      "$src/examples/python/resnet50_cifar10.py" --device cpu --batch 4 --epochs 2 --synthetic-size 10 --mode $m \
-      >"$tmp/py-$m" 2>&1
+  pyex() { DLTRAIN_LIBRARY="$lib" PYTHONPATH="$src/bindings/python" PYTHONDONTWRITEBYTECODE=1 "$py" \
+    "$src/examples/python/resnet50_cifar10.py" "$@"; }
+  for m in eager graph default; do
+    mode=(--mode $m); [ $m = default ] && mode=()
+    pyex --device cpu --batch 4 --epochs 2 --synthetic-size 10 "${mode[@]}" >"$tmp/py-$m" 2>&1
     echo "rc=$?" >>"$tmp/py-$m"
   done
   if grep -q '^rc=0$' "$tmp/py-eager" && [ "$(grep -c '^Epoch [01], Loss: ' "$tmp/py-eager")" = 6 ] &&
-     [ "$(grep -E '^Epoch|^rc=' "$tmp/py-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/py-graph")" ]; then
+     [ "$(grep -E '^Epoch|^rc=' "$tmp/py-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/py-graph")" ] &&
+     grep -q 'batches/epoch, mode eager (no CUDA graphs on the CPU)$' "$tmp/py-graph"; then
     ok "examples/python/resnet50_cifar10.py: 6 steps; --mode graph prints --mode eager's losses"
   else cat "$tmp/py-eager" "$tmp/py-graph" >"$tmp/out"; notok "examples/python/resnet50_cifar10.py eager/graph"; fi
+  if [ "$(grep -E '^Epoch|^rc=' "$tmp/py-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/py-default")" ] &&
+     grep -q 'batches/epoch, mode eager$' "$tmp/py-default" && grep -q 'batches/epoch, mode eager$' "$tmp/py-eager"; then
+    ok "examples/python/resnet50_cifar10.py: the default on the CPU is eager, with --mode eager's losses"
+  else cat "$tmp/py-eager" "$tmp/py-default" >"$tmp/out"; notok "examples/python/resnet50_cifar10.py default"; fi
+  pyex --device cpu --batch 4 --epochs 1 --steps 1 --synthetic-size 10 --eager >"$tmp/out" 2>&1; rc=$?
+  pyex --eager --mode graph >>"$tmp/out" 2>&1; rc2=$?
+  if [ $rc = 0 ] && grep -q 'batches/epoch, mode eager$' "$tmp/out" &&
+     [ "$(grep '^Epoch' "$tmp/out")" = "$(grep '^Epoch' "$tmp/py-eager" | head -1)" ] &&
+     [ $rc2 = 2 ] && grep -q 'contradict' "$tmp/out"; then
+    ok "examples/python/resnet50_cifar10.py: --eager is --mode eager, and contradicts --mode graph (exit 2)"
+  else notok "examples/python/resnet50_cifar10.py --eager (rc=$rc, rc2=$rc2)"; fi
 fi
 echo "1..$n"
