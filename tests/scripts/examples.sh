@@ -8,7 +8,7 @@
 # (item 6: past --epochs, finished, a step counter that would overflow, a negative step).
 # --log-every 0 prints every epoch's loss; --mode graph takes --mode eager's steps, and the
 # default (graph on CUDA) is eager on the CPU, as is --eager, which contradicts --mode graph;
-# the Python twin runs and its modes match too.
+# the Python twin runs, its modes match too, and its --log-every prints those steps' losses.
 bin="$1"; src="$2"; lib="${3:--}"; sanitize="${4:-none}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=${DLT_CIFAR10_DIR:-$src/../shared/data/cifar10-subset}
@@ -176,5 +176,13 @@ else
      [ $rc2 = 2 ] && grep -q 'contradict' "$tmp/out"; then
     ok "examples/python/resnet50_cifar10.py: --eager is --mode eager, and contradicts --mode graph (exit 2)"
   else notok "examples/python/resnet50_cifar10.py --eager (rc=$rc, rc2=$rc2)"; fi
+  # --log-every reads (and prints) only some steps' losses: 2 prints steps 0, 2 and 4, 0 each
+  # epoch's last (here in graph mode: a replay's loss and a plain call's)
+  pyex --device cpu --batch 4 --epochs 2 --synthetic-size 10 --mode graph --log-every 2 >"$tmp/py-le2" 2>&1; rc=$?
+  pyex --device cpu --batch 4 --epochs 2 --synthetic-size 10 --mode graph --log-every 0 >"$tmp/py-le0" 2>&1; rc2=$?
+  if [ $rc = 0 ] && [ $rc2 = 0 ] && [ "$(grep '^Epoch' "$tmp/py-le2")" = "$(grep '^Epoch' "$tmp/py-eager" | sed -n '1p;3p;5p')" ] &&
+     [ "$(grep '^Epoch' "$tmp/py-le0")" = "$(grep '^Epoch' "$tmp/py-eager" | sed -n '3p;6p')" ]; then
+    ok "examples/python/resnet50_cifar10.py: --log-every 2 and 0 print those steps' losses"
+  else cat "$tmp/py-le2" "$tmp/py-le0" >"$tmp/out"; notok "examples/python/resnet50_cifar10.py --log-every (rc=$rc, rc2=$rc2)"; fi
 fi
 echo "1..$n"
