@@ -230,6 +230,7 @@ int report_record_write(const report_run *r, const report_workload *w, const cha
     rr_int(wl, "batch", w->batch);
     rr_int(wl, "accumulation", w->accum);
     rr_str(wl, "memory_format", w->memory_format);
+    if (w->mode) rr_str(wl, "mode", w->mode);
     cJSON *opt = cJSON_AddObjectToObject(wl, "optimizer");
     rr_str(opt, "name", "sgd");
     rr_num(opt, "lr", w->lr);

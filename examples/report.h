@@ -41,6 +41,7 @@ typedef struct report_workload {
     int grad_scaler;
     int64_t batch, accum;
     const char *memory_format; /* "nchw" or "nhwc" */
+    const char *mode;          /* how the step ran: "graph", "eager", ... (NULL: not written) */
     double lr, momentum;
     const char *dataset;   /* "cifar10" or "synthetic" */
     const char *data_path; /* NULL for synthetic data */

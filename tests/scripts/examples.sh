@@ -6,8 +6,9 @@
 # (symlink loop, dangling link, no permission, unsearchable directory) exits 1 naming it,
 # never trains on synthetic data (item 10); a resumed checkpoint's position is checked
 # (item 6: past --epochs, finished, a step counter that would overflow, a negative step).
-# --log-every 0 prints every epoch's loss; --mode graph takes --mode eager's steps; the
-# Python twin runs and its graph mode matches too.
+# --log-every 0 prints every epoch's loss; --mode graph takes --mode eager's steps, and the
+# default (graph on CUDA) is eager on the CPU, as is --eager, which contradicts --mode graph;
+# the Python twin runs, its modes match too, and its --log-every prints those steps' losses.
 bin="$1"; src="$2"; lib="${3:--}"; sanitize="${4:-none}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=${DLT_CIFAR10_DIR:-$src/../shared/data/cifar10-subset}
@@ -58,17 +59,33 @@ for ex in resnet50_cifar10 grad_accum; do
   else notok "$ex: --log-every 0, 3 epochs of 16 images (rc=$rc, $losses finite epoch losses)"; fi
   # --mode graph takes the same steps as --mode eager: on the CPU the graph's step runs as
   # plain calls, so the epoch losses must agree to the digit (10 images at batch 4: two full
-  # batches and one of 2; grad_accum's group of 2 left unfinished carries into the next epoch)
+  # batches and one of 2; grad_accum's group of 2 left unfinished carries into the next epoch).
+  # The default is graph mode on CUDA only: here it runs --mode eager's steps and says eager.
   tiny_cifar 10 5 >"$tmp/tiny/data_batch_1.bin"
   acc=(); [ $ex = grad_accum ] && acc=(--accum 2)
-  for m in eager graph; do
-    "$bin/$ex" --device cpu --batch 4 "${acc[@]}" --epochs 2 --log-every 0 --data "$tmp/tiny" --mode $m >"$tmp/out-$m" 2>&1
+  for m in eager graph default; do
+    mode=(--mode $m); [ $m = default ] && mode=()
+    "$bin/$ex" --device cpu --batch 4 "${acc[@]}" --epochs 2 --log-every 0 --data "$tmp/tiny" "${mode[@]}" >"$tmp/out-$m" 2>&1
     echo "rc=$?" >>"$tmp/out-$m"
   done
   if grep -q '^rc=0$' "$tmp/out-graph" && [ "$(grep -c '^Epoch .*Loss' "$tmp/out-eager")" = 2 ] &&
-     [ "$(grep -E '^Epoch|^rc=' "$tmp/out-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/out-graph")" ]; then
+     [ "$(grep -E '^Epoch|^rc=' "$tmp/out-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/out-graph")" ] &&
+     grep -q '^model: .*, mode: eager (no CUDA graphs on the CPU), data' "$tmp/out-graph"; then
     ok "$ex: --mode graph's epoch losses equal --mode eager's" "$(grep '^Epoch 1' "$tmp/out-graph")"
   else cat "$tmp/out-eager" "$tmp/out-graph" >"$tmp/out"; notok "$ex: --mode graph against --mode eager"; fi
+  if [ "$(grep -E '^Epoch|^rc=' "$tmp/out-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/out-default")" ] &&
+     grep -q '^model: .*, mode: eager, data' "$tmp/out-default" && grep -q '^model: .*, mode: eager, data' "$tmp/out-eager"; then
+    ok "$ex: the default on the CPU is eager, with --mode eager's epoch losses"
+  else cat "$tmp/out-eager" "$tmp/out-default" >"$tmp/out"; notok "$ex: the default on the CPU against --mode eager"; fi
+  # --eager is --mode eager (its first epoch suffices), and contradicts --mode graph
+  "$bin/$ex" --device cpu --batch 4 "${acc[@]}" --epochs 1 --log-every 0 --data "$tmp/tiny" --eager >"$tmp/out" 2>&1; rc=$?
+  if [ $rc = 0 ] && grep -q '^model: .*, mode: eager, data' "$tmp/out" &&
+     [ "$(grep '^Epoch' "$tmp/out")" = "$(grep '^Epoch 0' "$tmp/out-eager")" ]; then ok "$ex: --eager runs --mode eager's steps"
+  else notok "$ex: --eager (rc=$rc)"; fi
+  "$bin/$ex" --eager --mode graph >"$tmp/out" 2>&1; rc=$?
+  if [ $rc = 2 ] && grep -q 'contradict' "$tmp/out" && grep -q '^usage:' "$tmp/out"; then
+    ok "$ex: --eager with --mode graph exits 2 with the usage"
+  else notok "$ex: --eager with --mode graph (rc=$rc)"; fi
   "$bin/$ex" --bogus >"$tmp/out" 2>&1; rc=$?
   if [ $rc = 2 ] && grep -q '^usage:' "$tmp/out"; then ok "$ex: bad flag exits 2 with the usage"; else notok "$ex: bad flag (rc=$rc)"; fi
   "$bin/$ex" --batch 0 >"$tmp/out" 2>&1; rc=$?
@@ -130,20 +147,42 @@ else
   for i in 1 2 3 4; do skip "resume case $i" "no checkpoint was saved"; done
 fi
 # the Python twin (examples/python/resnet50_cifar10.py): runs, and its --mode graph prints
-# --mode eager's losses (10 synthetic images at batch 4: two full batches and one of 2)
+# --mode eager's losses (10 synthetic images at batch 4: two full batches and one of 2); its
+# default is eager on the CPU, --eager is --mode eager and contradicts --mode graph
 py=python3; [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 if [ "$sanitize" != none ]; then skip "the Python twin" "a sanitized library cannot be loaded into Python"
 elif [ "$lib" = - ] || [ ! -f "$lib" ]; then skip "the Python twin" "no shared library"
 else
-  for m in eager graph; do
-    DLTRAIN_LIBRARY="$lib" PYTHONPATH="$src/bindings/python" PYTHONDONTWRITEBYTECODE=1 "$py" \
-      "$src/examples/python/resnet50_cifar10.py" --device cpu --batch 4 --epochs 2 --synthetic-size 10 --mode $m \
-      >"$tmp/py-$m" 2>&1
+  pyex() { DLTRAIN_LIBRARY="$lib" PYTHONPATH="$src/bindings/python" PYTHONDONTWRITEBYTECODE=1 "$py" \
+    "$src/examples/python/resnet50_cifar10.py" "$@"; }
+  for m in eager graph default; do
+    mode=(--mode $m); [ $m = default ] && mode=()
+    pyex --device cpu --batch 4 --epochs 2 --synthetic-size 10 "${mode[@]}" >"$tmp/py-$m" 2>&1
     echo "rc=$?" >>"$tmp/py-$m"
   done
   if grep -q '^rc=0$' "$tmp/py-eager" && [ "$(grep -c '^Epoch [01], Loss: ' "$tmp/py-eager")" = 6 ] &&
-     [ "$(grep -E '^Epoch|^rc=' "$tmp/py-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/py-graph")" ]; then
+     [ "$(grep -E '^Epoch|^rc=' "$tmp/py-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/py-graph")" ] &&
+     grep -q 'batches/epoch, mode eager (no CUDA graphs on the CPU)$' "$tmp/py-graph"; then
     ok "examples/python/resnet50_cifar10.py: 6 steps; --mode graph prints --mode eager's losses"
   else cat "$tmp/py-eager" "$tmp/py-graph" >"$tmp/out"; notok "examples/python/resnet50_cifar10.py eager/graph"; fi
+  if [ "$(grep -E '^Epoch|^rc=' "$tmp/py-eager")" = "$(grep -E '^Epoch|^rc=' "$tmp/py-default")" ] &&
+     grep -q 'batches/epoch, mode eager$' "$tmp/py-default" && grep -q 'batches/epoch, mode eager$' "$tmp/py-eager"; then
+    ok "examples/python/resnet50_cifar10.py: the default on the CPU is eager, with --mode eager's losses"
+  else cat "$tmp/py-eager" "$tmp/py-default" >"$tmp/out"; notok "examples/python/resnet50_cifar10.py default"; fi
+  pyex --device cpu --batch 4 --epochs 1 --steps 1 --synthetic-size 10 --eager >"$tmp/out" 2>&1; rc=$?
+  pyex --eager --mode graph >>"$tmp/out" 2>&1; rc2=$?
+  if [ $rc = 0 ] && grep -q 'batches/epoch, mode eager$' "$tmp/out" &&
+     [ "$(grep '^Epoch' "$tmp/out")" = "$(grep '^Epoch' "$tmp/py-eager" | head -1)" ] &&
+     [ $rc2 = 2 ] && grep -q 'contradict' "$tmp/out"; then
+    ok "examples/python/resnet50_cifar10.py: --eager is --mode eager, and contradicts --mode graph (exit 2)"
+  else notok "examples/python/resnet50_cifar10.py --eager (rc=$rc, rc2=$rc2)"; fi
+  # --log-every reads (and prints) only some steps' losses: 2 prints steps 0, 2 and 4, 0 each
+  # epoch's last (here in graph mode: a replay's loss and a plain call's)
+  pyex --device cpu --batch 4 --epochs 2 --synthetic-size 10 --mode graph --log-every 2 >"$tmp/py-le2" 2>&1; rc=$?
+  pyex --device cpu --batch 4 --epochs 2 --synthetic-size 10 --mode graph --log-every 0 >"$tmp/py-le0" 2>&1; rc2=$?
+  if [ $rc = 0 ] && [ $rc2 = 0 ] && [ "$(grep '^Epoch' "$tmp/py-le2")" = "$(grep '^Epoch' "$tmp/py-eager" | sed -n '1p;3p;5p')" ] &&
+     [ "$(grep '^Epoch' "$tmp/py-le0")" = "$(grep '^Epoch' "$tmp/py-eager" | sed -n '3p;6p')" ]; then
+    ok "examples/python/resnet50_cifar10.py: --log-every 2 and 0 print those steps' losses"
+  else cat "$tmp/py-le2" "$tmp/py-le0" >"$tmp/out"; notok "examples/python/resnet50_cifar10.py --log-every (rc=$rc, rc2=$rc2)"; fi
 fi
 echo "1..$n"

@@ -46,11 +46,12 @@ common='r["schema_version"] == 1;; r["devices"][0]["kind"] == "cpu";; r["devices
 "$bin/resnet50_cifar10" --device cpu --batch 2 --steps 2 --epochs 1 --json "$tmp/runs/resnet50.json" >"$tmp/out" 2>&1
 record_matches "resnet50_cifar10 --json: a valid record with the closing table's numbers" "$tmp/runs/resnet50.json" \
   "$common;; r['workload']['precision'] == 'fp16';; r['workload']['grad_scaler'] is True;; r['workload']['batch'] == 2;;
-   r['workload']['accumulation'] == 1;; r['program']['name'] == 'resnet50_cifar10';; 'fp16+scaler, batch 2' in cells[2]"
+   r['workload']['accumulation'] == 1;; r['program']['name'] == 'resnet50_cifar10';; 'fp16+scaler, batch 2' in cells[2];;
+   r['workload']['mode'] == 'eager' and ', mode: eager, ' in out"
 "$bin/grad_accum" --device cpu --batch 2 --steps 2 --epochs 1 --accum 2 --amp bf16 --json "$tmp/runs/accum.json" >"$tmp/out" 2>&1
 record_matches "grad_accum --json: accumulation and precision recorded" "$tmp/runs/accum.json" \
   "$common;; r['workload']['precision'] == 'bf16';; r['workload']['grad_scaler'] is False;;
-   r['workload']['accumulation'] == 2;; 'bf16, batch 2, accum 2' in cells[2]"
+   r['workload']['accumulation'] == 2;; 'bf16, batch 2, accum 2' in cells[2];; r['workload']['mode'] == 'eager'"
 
 # 3: the bench: each configuration's row
 "$bin/bench" --device cpu --batch 2 --amp bf16 --mode eager --steps 1 --blocks 1 --warmup 1 --classes 10 \
