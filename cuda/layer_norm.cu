@@ -1,13 +1,25 @@
 /*
  * layer_norm.cu - CUDA layer norm over the rows of [M, N] (lib/ops/layer_norm.c), fp32
- * math, weight/bias of any float dtype or absent:
+ * math, weight/bias of any float dtype or absent. Two implementations of the same sums:
+ *
+ * Row in registers (the common case: N a multiple of the 16-byte vector, N <= 8 vectors per
+ * lane, 16-byte aligned rows, weight and bias of x's dtype or f32): one warp per row loads
+ * it once with 16-byte loads and keeps it, so the forward reads x once and writes y once,
+ * and the backward reads x and dy once and writes dx once. The backward also adds u and
+ * u*xhat into per-lane column sums (a lane's columns are the same in every row), which a
+ * block adds up warp by warp in shared memory and writes as one partial row per block; the
+ * partials are summed in block order. The GPT-2 step spent ~6 ms of 55 in the per-element
+ * kernels below (ncu on the H200, 2026-12-02), whose three passes read the row three times
+ * with 2- or 4-byte loads.
+ *
+ * Per element (any N, alignment or dtype mix):
  *   forward   one warp per row: mean, then the biased variance around it (two passes over
  *             the row, which stays in L1/L2), rstd = rsqrt(var + eps), then y;
  *   backward  dx: one warp per row (the two row means of g = u*w and g*xhat, then dx);
- *             dw/db: deterministic two-level column sums, the rows split into at most
- *             LN_CHUNKS chunks summed by one thread per (chunk, column) into scratch, then
- *             one thread per column adds the chunks in order (and beta * the old value).
- * Compile-checked; first run on a GPU is the next session's.
+ *             dw/db: the rows split into at most LN_CHUNKS chunks summed by one thread per
+ *             (chunk, column) into scratch.
+ * Both end with ln_bwd_final_kernel: per column the chunks added in order (and beta * the
+ * old value), so dweight and dbias are deterministic.
  */
 #include "nd.cuh"
 #include "ops_cuda.h"
@@ -91,18 +103,222 @@ __global__ void ln_bwd_partial_kernel(float *partial, const T *dy, const T *x, c
     partial[(int64_t)(chunks + c) * N + j] = ab;
 }
 
+/* Per column j: the chunks' partial sums added in chunk order, 8 threads per column each
+ * over every 8th chunk and then their 8 sums in order (a fixed order: deterministic). */
 __global__ void ln_bwd_final_kernel(void *dw, int tdw, void *db, int tdb, const float *partial, int64_t N, int chunks,
                                     int beta) {
-    DLT_GRID_STRIDE(j, N) {
-        float aw = 0.0f, ab = 0.0f;
-        for (int c = 0; c < chunks; c++) {
+    __shared__ float sw[8][33], sb[8][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * 32 + tx;
+    float aw = 0.0f, ab = 0.0f;
+    if (j < N)
+        for (int c = ty; c < chunks; c += 8) {
             aw += partial[(int64_t)c * N + j];
             ab += partial[(int64_t)(chunks + c) * N + j];
         }
-        if (dw) st_dt(dw, tdw, j, aw + (beta ? ld_dt(dw, tdw, j) : 0.0f));
-        if (db) st_dt(db, tdb, j, ab + (beta ? ld_dt(db, tdb, j) : 0.0f));
+    sw[ty][tx] = aw;
+    sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty != 0 || j >= N) return;
+    for (int k = 1; k < 8; k++) {
+        aw += sw[k][tx];
+        ab += sb[k][tx];
+    }
+    if (dw) st_dt(dw, tdw, j, aw + (beta ? ld_dt(dw, tdw, j) : 0.0f));
+    if (db) st_dt(db, tdb, j, ab + (beta ? ld_dt(db, tdb, j) : 0.0f));
+}
+
+/* ---- row in registers ---- */
+
+constexpr int LN_VEC_THREADS = 128;  /* 4 warps: a row each */
+constexpr int LN_VEC_MAX_BLOCKS = 256; /* backward partial rows (dweight/dbias chunks) */
+constexpr int LN_VEC_MAX_ELEMS = 32; /* row elements per lane: the backward keeps 4 such arrays
+                                      * in registers (more spilled, ptxas sm_90) */
+
+template <typename T> struct vec16 {
+    static constexpr int n = 16 / (int)sizeof(T);
+};
+
+template <typename T> __device__ __forceinline__ void load16(float (&o)[vec16<T>::n], const T *p) {
+    const uint4 raw = *reinterpret_cast<const uint4 *>(p);
+    const T *e = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+    for (int i = 0; i < vec16<T>::n; i++) o[i] = to_f<T>(e[i]);
+}
+
+template <typename T> __device__ __forceinline__ void store16(T *p, const float (&v)[vec16<T>::n]) {
+    uint4 raw;
+    T *e = reinterpret_cast<T *>(&raw);
+#pragma unroll
+    for (int i = 0; i < vec16<T>::n; i++) e[i] = from_f<T>(v[i]);
+    *reinterpret_cast<uint4 *>(p) = raw;
+}
+
+/* lane's vector t of a row is vector lane + 32 t: present when below nvec */
+template <typename T, typename W, int NV>
+__global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(T *y, float *mean, float *rstd, const T *x,
+                                                                    const W *w, const W *b, int64_t M, int N,
+                                                                    float eps) {
+    constexpr int V = vec16<T>::n;
+    const int lane = threadIdx.x & 31, nvec = N / V;
+    const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t r = first; r < M; r += step) {
+        const T *xr = x + r * N;
+        float v[NV][V];
+        float s = 0.0f;
+#pragma unroll
+        for (int t = 0; t < NV; t++) {
+            const int i = lane + 32 * t;
+            if (i < nvec) {
+                load16<T>(v[t], xr + (int64_t)i * V);
+#pragma unroll
+                for (int e = 0; e < V; e++) s += v[t][e];
+            }
+        }
+        const float mu = warp_sum_f(s) / (float)N;
+        float q = 0.0f;
+#pragma unroll
+        for (int t = 0; t < NV; t++)
+            if (lane + 32 * t < nvec) {
+#pragma unroll
+                for (int e = 0; e < V; e++) q += (v[t][e] - mu) * (v[t][e] - mu);
+            }
+        const float rs = rsqrtf(warp_sum_f(q) / (float)N + eps);
+        if (lane == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+#pragma unroll
+        for (int t = 0; t < NV; t++) {
+            const int i = lane + 32 * t;
+            if (i >= nvec) continue;
+            float o[V];
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                const int j = i * V + e;
+                o[e] = (v[t][e] - mu) * rs;
+                if (w) o[e] *= to_f<W>(w[j]);
+                if (b) o[e] += to_f<W>(b[j]);
+            }
+            store16<T>(y + r * N + (int64_t)i * V, o);
+        }
     }
 }
+
+/* dx for the rows of this block's warps; with partial, the block's column sums of u * xhat
+ * (row 0 of its chunk) and u (row gridDim.x + chunk) as ln_bwd_final_kernel reads them */
+template <typename T, typename W, int NV>
+__global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float *partial, const T *dy, const T *x,
+                                                                    const float *mean, const float *rstd,
+                                                                    const W *w, int64_t M, int N) {
+    constexpr int V = vec16<T>::n;
+    extern __shared__ float red[]; /* [2 N] when partial */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nvec = N / V;
+    const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    float aw[NV][V], ab[NV][V];
+#pragma unroll
+    for (int t = 0; t < NV; t++)
+#pragma unroll
+        for (int e = 0; e < V; e++) aw[t][e] = ab[t][e] = 0.0f;
+    for (int64_t r = first; r < M; r += step) {
+        const int64_t base = r * N;
+        const float mu = mean[r], rs = rstd[r];
+        float u[NV][V], xh[NV][V];
+        float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+        for (int t = 0; t < NV; t++) {
+            const int i = lane + 32 * t;
+            if (i >= nvec) continue;
+            load16<T>(u[t], dy + base + (int64_t)i * V);
+            load16<T>(xh[t], x + base + (int64_t)i * V);
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                xh[t][e] = (xh[t][e] - mu) * rs;
+                const float g = u[t][e] * (w ? to_f<W>(w[i * V + e]) : 1.0f);
+                sg += g;
+                sgx += g * xh[t][e];
+                aw[t][e] += u[t][e] * xh[t][e];
+                ab[t][e] += u[t][e];
+            }
+        }
+        sg = warp_sum_f(sg) / (float)N;
+        sgx = warp_sum_f(sgx) / (float)N;
+#pragma unroll
+        for (int t = 0; t < NV; t++) {
+            const int i = lane + 32 * t;
+            if (i >= nvec) continue;
+            float o[V];
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                const float g = u[t][e] * (w ? to_f<W>(w[i * V + e]) : 1.0f);
+                o[e] = rs * (g - sg - xh[t][e] * sgx);
+            }
+            store16<T>(dx + base + (int64_t)i * V, o);
+        }
+    }
+    if (!partial) return;
+    for (int j = threadIdx.x; j < 2 * N; j += blockDim.x) red[j] = 0.0f;
+    __syncthreads();
+    for (int k = 0; k < LN_VEC_THREADS / 32; k++) { /* warp by warp: a fixed order */
+        if (warp == k) {
+#pragma unroll
+            for (int t = 0; t < NV; t++) {
+                const int i = lane + 32 * t;
+                if (i >= nvec) continue;
+#pragma unroll
+                for (int e = 0; e < V; e++) {
+                    red[i * V + e] += aw[t][e];
+                    red[N + i * V + e] += ab[t][e];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int j = threadIdx.x; j < N; j += blockDim.x) {
+        partial[(int64_t)blockIdx.x * N + j] = red[j];
+        partial[(int64_t)(gridDim.x + blockIdx.x) * N + j] = red[N + j];
+    }
+}
+
+/* Runs the body with NV = the vectors per lane: 1..4, and 6 or 8 for f32 (4 per vector);
+ * ln_vec_nv never asks 16-bit types for more than 4, so their 6 and 8 are capped to 4 rather
+ * than compiled (they would spill) */
+template <typename T> constexpr int ln_nv_cap(int nv) {
+    return nv * vec16<T>::n <= LN_VEC_MAX_ELEMS ? nv : LN_VEC_MAX_ELEMS / vec16<T>::n;
+}
+#define LN_NV(T, nv, NV, ...)                                                                 \
+    do {                                                                                      \
+        if ((nv) <= 1) { constexpr int NV = 1; __VA_ARGS__; }                                 \
+        else if ((nv) <= 2) { constexpr int NV = 2; __VA_ARGS__; }                            \
+        else if ((nv) <= 3) { constexpr int NV = 3; __VA_ARGS__; }                            \
+        else if ((nv) <= 4) { constexpr int NV = 4; __VA_ARGS__; }                            \
+        else if ((nv) <= 6) { constexpr int NV = ln_nv_cap<T>(6); __VA_ARGS__; }              \
+        else { constexpr int NV = ln_nv_cap<T>(8); __VA_ARGS__; }                             \
+    } while (0)
+
+/* The vectors per lane when the row-in-registers kernels can serve, else 0: N a multiple of
+ * the vector, at most LN_VEC_MAX_ELEMS elements per lane (N <= 1024), rows 16-byte aligned
+ * (the base; N keeps every row so), weight and bias absent or of one dtype, x's or f32. */
+int ln_vec_nv(int32_t dtype, int64_t N, const void *const *rows, int n_rows, const dlt_tensor *w,
+              const dlt_tensor *b) {
+    const int64_t V = dtype == DLT_F32 ? 4 : 8;
+    if (N <= 0 || N % V != 0 || N > 32 * LN_VEC_MAX_ELEMS) return 0;
+    for (int i = 0; i < n_rows; i++)
+        if (((uintptr_t)rows[i] & 15) != 0) return 0;
+    const int32_t wt = w ? w->dtype : b ? b->dtype : dtype;
+    if ((w && w->dtype != wt) || (b && b->dtype != wt)) return 0;
+    if (wt != dtype && wt != DLT_F32) return 0;
+    return (int)((N / V + 31) / 32);
+}
+
+/* W: the parameters' element type (x's, or float) */
+#define LN_DISPATCH_W(wdtype, T, W, ...)                                                      \
+    do {                                                                                      \
+        if ((wdtype) == DLT_F32) { typedef float W; __VA_ARGS__; }                            \
+        else { typedef T W; __VA_ARGS__; }                                                    \
+    } while (0)
 
 } // namespace
 
@@ -112,8 +328,21 @@ dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_t
                             const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps) {
     DLT_CHECK(same_dtype("dlt_layer_norm", x->dtype, y));
     DLT_CHECK(same_dtype("dlt_layer_norm", DLT_F32, mean, rstd));
+    cudaStream_t st = dlt__stream(ctx);
+    const void *rows[2] = {dlt__data(x), dlt__data(y)};
+    const int nv = ln_vec_nv(x->dtype, N, rows, 2, w, b);
+    if (nv > 0) {
+        const int32_t wt = w ? w->dtype : b ? b->dtype : x->dtype;
+        DLT_DISPATCH_FLOAT(x->dtype, T, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
+            ln_fwd_vec_kernel<T, W, NV><<<grid_for(M * 32, LN_VEC_THREADS), LN_VEC_THREADS, 0, st>>>(
+                (T *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
+                w ? (const W *)dlt__data(w) : nullptr, b ? (const W *)dlt__data(b) : nullptr, M, (int)N,
+                (float)eps))));
+        DLT_CU_LAUNCHED(ctx, "dlt_layer_norm");
+        return DLT_OK;
+    }
     DLT_DISPATCH_FLOAT(x->dtype, T,
-        ln_fwd_kernel<T><<<grid_for(M * 32, 256), 256, 0, dlt__stream(ctx)>>>(
+        ln_fwd_kernel<T><<<grid_for(M * 32, 256), 256, 0, st>>>(
             (T *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
             w ? dlt__data(w) : nullptr, w ? w->dtype : 0, b ? dlt__data(b) : nullptr, b ? b->dtype : 0, M, N,
             (float)eps));
@@ -127,6 +356,36 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
     cudaStream_t st = dlt__stream(ctx);
     DLT_CHECK(same_dtype("dlt_layer_norm_backward", x->dtype, dx, dy));
     DLT_CHECK(same_dtype("dlt_layer_norm_backward", DLT_F32, mean, rstd));
+    const dim3 fin_block(32, 8);
+    const unsigned fin_grid = (unsigned)((N + 31) / 32);
+    const void *rows[3] = {dlt__data(x), dlt__data(dx), dlt__data(dy)};
+    const int nv = ln_vec_nv(x->dtype, N, rows, 3, w, NULL);
+    if (nv > 0) {
+        /* a fixed grid (not the SM count): the same chunks, so the same sums, on any GPU */
+        const int64_t warps = LN_VEC_THREADS / 32;
+        const int blocks = (int)((M + warps - 1) / warps < LN_VEC_MAX_BLOCKS ? (M + warps - 1) / warps
+                                                                                : LN_VEC_MAX_BLOCKS);
+        float *partial = NULL;
+        if (dw || db) {
+            void *scratch = NULL;
+            DLT_CHECK(dlt__cuda_scratch(ctx, (size_t)2 * blocks * N * sizeof(float), &scratch));
+            partial = (float *)scratch;
+        }
+        const size_t smem = partial ? (size_t)2 * N * sizeof(float) : 0;
+        const int32_t wt = w ? w->dtype : x->dtype;
+        DLT_DISPATCH_FLOAT(x->dtype, T, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
+            ln_bwd_vec_kernel<T, W, NV><<<blocks, LN_VEC_THREADS, smem, st>>>(
+                (T *)dlt__data(dx), partial, (const T *)dlt__data(dy), (const T *)dlt__data(x),
+                (const float *)dlt__data(mean), (const float *)dlt__data(rstd), w ? (const W *)dlt__data(w) : nullptr,
+                M, (int)N))));
+        DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
+        if (!partial) return DLT_OK;
+        ln_bwd_final_kernel<<<fin_grid, fin_block, 0, st>>>(dw ? dlt__data(dw) : nullptr, dw ? dw->dtype : 0,
+                                                            db ? dlt__data(db) : nullptr, db ? db->dtype : 0, partial,
+                                                            N, blocks, beta_acc);
+        DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
+        return DLT_OK;
+    }
     DLT_DISPATCH_FLOAT(x->dtype, T,
         ln_bwd_dx_kernel<T><<<grid_for(M * 32, 256), 256, 0, st>>>(
             (T *)dlt__data(dx), (const T *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
@@ -143,9 +402,9 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
                                                        (const T *)dlt__data(x), (const float *)dlt__data(mean),
                                                        (const float *)dlt__data(rstd), M, N, rows_per_chunk, chunks));
     DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
-    ln_bwd_final_kernel<<<grid_for(N, 256), 256, 0, st>>>(dw ? dlt__data(dw) : nullptr, dw ? dw->dtype : 0,
-                                                          db ? dlt__data(db) : nullptr, db ? db->dtype : 0,
-                                                          (const float *)scratch, N, chunks, beta_acc);
+    ln_bwd_final_kernel<<<fin_grid, fin_block, 0, st>>>(dw ? dlt__data(dw) : nullptr, dw ? dw->dtype : 0,
+                                                        db ? dlt__data(db) : nullptr, db ? db->dtype : 0,
+                                                        (const float *)scratch, N, chunks, beta_acc);
     DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
     return DLT_OK;
 }

@@ -146,6 +146,14 @@ static dlt_status run_bn_act(const op_case *c, dlt_tensor *const *in, dlt_tensor
     return dlt_batch_norm2d_act(in[0], in[5], 1, in[1], in[2], in[3], in[4], 1, c->fp[0], c->fp[1], out);
 }
 
+/* layer norm over the last dim with f32 weight and bias (in[1], in[2]) whatever x's dtype:
+ * PyTorch's mixed case (f32 parameters, a bf16/f16 input, no autocast) */
+static dlt_status run_layer_norm(const op_case *c, dlt_tensor *const *in, dlt_tensor **out) {
+    (void)c;
+    int64_t n = dlt_tensor_numel(in[1]);
+    return dlt_layer_norm(in[0], &n, 1, in[1], in[2], 1e-5, out);
+}
+
 #define X1(n0) {IN_X, 1, {n0, 0, 0, 0}, -2, 2}
 #define X2(n0, n1) {IN_X, 2, {n0, n1, 0, 0}, -2, 2}
 #define X4(n0, n1, n2, n3) {IN_X, 4, {n0, n1, n2, n3}, -2, 2}
@@ -198,6 +206,11 @@ static const op_case CASES[] = {
     {"cross_entropy all ignored", run_ce, 2, {XR(2, 4, 5, 0, 0, -3, 3), T64(4, 5)}, {-100, DLT_REDUCTION_MEAN, 2}, {0}},
     {"cross_entropy K=1000 (grid path)", run_ce, 2, {XR(2, 70, 1000, 0, 0, -3, 3), T64(70, 1000)}, {-100, DLT_REDUCTION_MEAN, 1}, {0}},
     {"cross_entropy K=40 sum", run_ce, 2, {XR(2, 2000, 40, 0, 0, -3, 3), T32(2000, 40)}, {-100, DLT_REDUCTION_SUM, 0}, {0}},
+    /* layer norm with f32 parameters: the register kernels (768, 64: vectors of the dtype)
+     * and the per-element ones (100) */
+    {"layer_norm f32 params", run_layer_norm, 3, {X2(48, 768), PARAM(768), PARAM(768)}, {0}, {0}},
+    {"layer_norm f32 params", run_layer_norm, 3, {X2(300, 64), PARAM(64), PARAM(64)}, {0}, {0}},
+    {"layer_norm f32 params", run_layer_norm, 3, {X2(9, 100), PARAM(100), PARAM(100)}, {0}, {0}},
     /* shape and dtype */
     {"reshape", run_reshape, 1, {X4(2, 3, 4, 5)}, {2, 6, 20}, {0}},
     {"reshape -1", run_reshape, 1, {X4(2, 3, 4, 5)}, {3, -1, 5, 2}, {0}},

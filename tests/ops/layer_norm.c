@@ -56,6 +56,20 @@ static const ot_case CASES[] = {
     {"70000 rows, weight and bias", fwd, ref, 3,
      {{OT_X, 2, {70000, 4}, -2, 2, 0}, {OT_P, 1, {4}, 0.5, 1.5, 0}, {OT_P, 1, {4}, -0.5, 0.5, 0}}, 2, {70000, 4}, -1,
      {1}, {1e-5}},
+    /* CUDA's row-in-registers kernels (N a multiple of the 16-byte vector, N <= 1024): the
+     * GPT-2 width (6 vectors per lane in f32, 3 in bf16), 1024 (8 and 4: the most), and past
+     * them 1040 (the per-element kernels); 600 rows of 8 give 150 blocks' partial sums */
+    {"GPT-2 width 768, 64 rows, weight and bias", fwd, ref, 3,
+     {{OT_X, 2, {64, 768}, -2, 2, 0}, {OT_P, 1, {768}, 0.5, 1.5, 0}, {OT_P, 1, {768}, -0.5, 0.5, 0}}, 2, {64, 768}, -1,
+     {1}, {1e-5}, .flags = OT_NO_FD},
+    {"1024 wide, weight only, 40 rows", fwd, ref, 3,
+     {{OT_X, 2, {40, 1024}, -2, 2, 0}, {OT_P, 1, {1024}, 0.5, 1.5, 0}, NUL}, 2, {40, 1024}, -1, {1}, {1e-5},
+     .flags = OT_NO_FD},
+    {"1040 wide, weight and bias, 8 rows", fwd, ref, 3,
+     {{OT_X, 2, {8, 1040}, -2, 2, 0}, {OT_P, 1, {1040}, 0.5, 1.5, 0}, {OT_P, 1, {1040}, -0.5, 0.5, 0}}, 2, {8, 1040},
+     -1, {1}, {1e-5}, .flags = OT_NO_FD},
+    {"600 rows of 8, bias only", fwd, ref, 3,
+     {{OT_X, 2, {600, 8}, -2, 2, 0}, NUL, {OT_P, 1, {8}, -0.5, 0.5, 0}}, 2, {600, 8}, -1, {1}, {1e-5}},
     {"empty rows", fwd, ref, 3, {{OT_X, 2, {0, 8}, 0, 0, 0}, {OT_P, 1, {8}, 0, 0, 0}, {OT_P, 1, {8}, 0, 0, 0}}, 2,
      {0, 8}, -1, {1}, {1e-5}},
 };
