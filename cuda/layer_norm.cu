@@ -2,8 +2,11 @@
  * layer_norm.cu - CUDA layer norm over the rows of [M, N] (lib/ops/layer_norm.c), fp32
  * math, weight/bias of any float dtype or absent. Two implementations of the same sums:
  *
- * Row in registers (the common case: N a multiple of the 16-byte vector, N <= 8 vectors per
- * lane, 16-byte aligned rows, weight and bias of x's dtype or f32): one warp per row loads
+ * y and dy have x's dtype, or are f16/bf16 with an f32 x (dlt_layer_norm_to: the output
+ * rounded once to what autocast's next matmul takes).
+ *
+ * Row in registers (the common case: N a multiple of the 16-byte vector, N <= 1024,
+ * 16-byte aligned rows, weight and bias of x's dtype or f32): one warp per row loads
  * it once with 16-byte loads and keeps it, so the forward reads x once and writes y once,
  * and the backward reads x and dy once and writes dx once. The backward also adds u and
  * u*xhat into per-lane column sums (a lane's columns are the same in every row), which a
@@ -30,8 +33,8 @@ namespace {
 
 #define LN_CHUNKS 128
 
-template <typename T>
-__global__ void ln_fwd_kernel(T *y, float *mean, float *rstd, const T *x, const void *w, int tw, const void *b, int tb,
+template <typename T, typename TY>
+__global__ void ln_fwd_kernel(TY *y, float *mean, float *rstd, const T *x, const void *w, int tw, const void *b, int tb,
                               int64_t M, int64_t N, float eps) {
     const int lane = threadIdx.x & 31;
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -55,13 +58,13 @@ __global__ void ln_fwd_kernel(T *y, float *mean, float *rstd, const T *x, const 
             float o = (to_f<T>(xr[j]) - mu) * rs;
             if (w) o *= ld_dt(w, tw, j);
             if (b) o += ld_dt(b, tb, j);
-            y[r * N + j] = from_f<T>(o);
+            y[r * N + j] = from_f<TY>(o);
         }
     }
 }
 
-template <typename T>
-__global__ void ln_bwd_dx_kernel(T *dx, const T *dy, const T *x, const float *mean, const float *rstd, const void *w,
+template <typename T, typename TY>
+__global__ void ln_bwd_dx_kernel(T *dx, const TY *dy, const T *x, const float *mean, const float *rstd, const void *w,
                                  int tw, int64_t M, int64_t N) {
     const int lane = threadIdx.x & 31;
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -71,14 +74,14 @@ __global__ void ln_bwd_dx_kernel(T *dx, const T *dy, const T *x, const float *me
         const float mu = mean[r], rs = rstd[r];
         float sg = 0.0f, sgx = 0.0f;
         for (int64_t j = lane; j < N; j += 32) {
-            const float g = to_f<T>(dy[base + j]) * (w ? ld_dt(w, tw, j) : 1.0f);
+            const float g = to_f<TY>(dy[base + j]) * (w ? ld_dt(w, tw, j) : 1.0f);
             sg += g;
             sgx += g * (to_f<T>(x[base + j]) - mu) * rs;
         }
         sg = warp_sum_f(sg) / (float)N;
         sgx = warp_sum_f(sgx) / (float)N;
         for (int64_t j = lane; j < N; j += 32) {
-            const float g = to_f<T>(dy[base + j]) * (w ? ld_dt(w, tw, j) : 1.0f);
+            const float g = to_f<TY>(dy[base + j]) * (w ? ld_dt(w, tw, j) : 1.0f);
             const float xh = (to_f<T>(x[base + j]) - mu) * rs;
             dx[base + j] = from_f<T>(rs * (g - sg - xh * sgx));
         }
@@ -86,8 +89,8 @@ __global__ void ln_bwd_dx_kernel(T *dx, const T *dy, const T *x, const float *me
 }
 
 /* partial[c][j] (dw) and partial[chunks + c][j] (db) over the rows of chunk c */
-template <typename T>
-__global__ void ln_bwd_partial_kernel(float *partial, const T *dy, const T *x, const float *mean, const float *rstd,
+template <typename T, typename TY>
+__global__ void ln_bwd_partial_kernel(float *partial, const TY *dy, const T *x, const float *mean, const float *rstd,
                                       int64_t M, int64_t N, int64_t rows_per_chunk, int chunks) {
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int c = (int)blockIdx.y;
@@ -95,7 +98,7 @@ __global__ void ln_bwd_partial_kernel(float *partial, const T *dy, const T *x, c
     const int64_t r0 = (int64_t)c * rows_per_chunk, r1 = r0 + rows_per_chunk < M ? r0 + rows_per_chunk : M;
     float aw = 0.0f, ab = 0.0f;
     for (int64_t r = r0; r < r1; r++) {
-        const float u = to_f<T>(dy[r * N + j]);
+        const float u = to_f<TY>(dy[r * N + j]);
         ab += u;
         aw += u * (to_f<T>(x[r * N + j]) - mean[r]) * rstd[r];
     }
@@ -139,24 +142,38 @@ template <typename T> struct vec16 {
     static constexpr int n = 16 / (int)sizeof(T);
 };
 
-template <typename T> __device__ __forceinline__ void load16(float (&o)[vec16<T>::n], const T *p) {
-    const uint4 raw = *reinterpret_cast<const uint4 *>(p);
-    const T *e = reinterpret_cast<const T *>(&raw);
+/* V elements of TY at p (V * sizeof(TY) bytes: 8, 16 or 32, aligned so) to or from floats */
+template <typename TY, int V> __device__ __forceinline__ void loadv(float (&o)[V], const TY *p) {
+    constexpr int BYTES = V * (int)sizeof(TY);
+    static_assert(BYTES == 8 || BYTES % 16 == 0, "8-byte or 16-byte multiples");
+    alignas(16) TY e[V];
+    if constexpr (BYTES == 8) {
+        *reinterpret_cast<uint2 *>(e) = *reinterpret_cast<const uint2 *>(p);
+    } else {
 #pragma unroll
-    for (int i = 0; i < vec16<T>::n; i++) o[i] = to_f<T>(e[i]);
+        for (int k = 0; k < BYTES / 16; k++) reinterpret_cast<uint4 *>(e)[k] = reinterpret_cast<const uint4 *>(p)[k];
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++) o[i] = to_f<TY>(e[i]);
 }
 
-template <typename T> __device__ __forceinline__ void store16(T *p, const float (&v)[vec16<T>::n]) {
-    uint4 raw;
-    T *e = reinterpret_cast<T *>(&raw);
+template <typename TY, int V> __device__ __forceinline__ void storev(TY *p, const float (&v)[V]) {
+    constexpr int BYTES = V * (int)sizeof(TY);
+    static_assert(BYTES == 8 || BYTES % 16 == 0, "8-byte or 16-byte multiples");
+    alignas(16) TY e[V];
 #pragma unroll
-    for (int i = 0; i < vec16<T>::n; i++) e[i] = from_f<T>(v[i]);
-    *reinterpret_cast<uint4 *>(p) = raw;
+    for (int i = 0; i < V; i++) e[i] = from_f<TY>(v[i]);
+    if constexpr (BYTES == 8) {
+        *reinterpret_cast<uint2 *>(p) = *reinterpret_cast<const uint2 *>(e);
+    } else {
+#pragma unroll
+        for (int k = 0; k < BYTES / 16; k++) reinterpret_cast<uint4 *>(p)[k] = reinterpret_cast<const uint4 *>(e)[k];
+    }
 }
 
 /* lane's vector t of a row is vector lane + 32 t: present when below nvec */
-template <typename T, typename W, int NV>
-__global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(T *y, float *mean, float *rstd, const T *x,
+template <typename T, typename TY, typename W, int NV>
+__global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(TY *y, float *mean, float *rstd, const T *x,
                                                                     const W *w, const W *b, int64_t M, int N,
                                                                     float eps) {
     constexpr int V = vec16<T>::n;
@@ -171,7 +188,7 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(T *y, float 
         for (int t = 0; t < NV; t++) {
             const int i = lane + 32 * t;
             if (i < nvec) {
-                load16<T>(v[t], xr + (int64_t)i * V);
+                loadv<T, V>(v[t], xr + (int64_t)i * V);
 #pragma unroll
                 for (int e = 0; e < V; e++) s += v[t][e];
             }
@@ -201,15 +218,15 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(T *y, float 
                 if (w) o[e] *= to_f<W>(w[j]);
                 if (b) o[e] += to_f<W>(b[j]);
             }
-            store16<T>(y + r * N + (int64_t)i * V, o);
+            storev<TY, V>(y + r * N + (int64_t)i * V, o);
         }
     }
 }
 
 /* dx for the rows of this block's warps; with partial, the block's column sums of u * xhat
  * (row 0 of its chunk) and u (row gridDim.x + chunk) as ln_bwd_final_kernel reads them */
-template <typename T, typename W, int NV>
-__global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float *partial, const T *dy, const T *x,
+template <typename T, typename TY, typename W, int NV>
+__global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float *partial, const TY *dy, const T *x,
                                                                     const float *mean, const float *rstd,
                                                                     const W *w, int64_t M, int N) {
     constexpr int V = vec16<T>::n;
@@ -231,8 +248,8 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float
         for (int t = 0; t < NV; t++) {
             const int i = lane + 32 * t;
             if (i >= nvec) continue;
-            load16<T>(u[t], dy + base + (int64_t)i * V);
-            load16<T>(xh[t], x + base + (int64_t)i * V);
+            loadv<TY, V>(u[t], dy + base + (int64_t)i * V);
+            loadv<T, V>(xh[t], x + base + (int64_t)i * V);
 #pragma unroll
             for (int e = 0; e < V; e++) {
                 xh[t][e] = (xh[t][e] - mu) * rs;
@@ -255,7 +272,7 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float
                 const float g = u[t][e] * (w ? to_f<W>(w[i * V + e]) : 1.0f);
                 o[e] = rs * (g - sg - xh[t][e] * sgx);
             }
-            store16<T>(dx + base + (int64_t)i * V, o);
+            storev<T, V>(dx + base + (int64_t)i * V, o);
         }
     }
     if (!partial) return;
@@ -301,10 +318,11 @@ template <typename T> constexpr int ln_nv_cap(int nv) {
 /* The vectors per lane when the row-in-registers kernels can serve, else 0: N a multiple of
  * the vector, at most LN_VEC_MAX_ELEMS elements per lane (N <= 1024), rows 16-byte aligned
  * (the base; N keeps every row so), weight and bias absent or of one dtype, x's or f32. */
-int ln_vec_nv(int32_t dtype, int64_t N, const void *const *rows, int n_rows, const dlt_tensor *w,
+int ln_vec_nv(int32_t dtype, int32_t ydtype, int64_t N, const void *const *rows, int n_rows, const dlt_tensor *w,
               const dlt_tensor *b) {
     const int64_t V = dtype == DLT_F32 ? 4 : 8;
     if (N <= 0 || N % V != 0 || N > 32 * LN_VEC_MAX_ELEMS) return 0;
+    if (ydtype != dtype && !(dtype == DLT_F32 && (ydtype == DLT_F16 || ydtype == DLT_BF16))) return 0;
     for (int i = 0; i < n_rows; i++)
         if (((uintptr_t)rows[i] & 15) != 0) return 0;
     const int32_t wt = w ? w->dtype : b ? b->dtype : dtype;
@@ -312,6 +330,27 @@ int ln_vec_nv(int32_t dtype, int64_t N, const void *const *rows, int n_rows, con
     if (wt != dtype && wt != DLT_F32) return 0;
     return (int)((N / V + 31) / 32);
 }
+
+/* T, TY: x's and y's (dy's) element types for the pairs ln_vec_nv accepts: equal, or f32 x
+ * with a 16-bit y (dlt_layer_norm_to under autocast) */
+#define LN_DISPATCH_XY(xdt, ydt, T, TY, ...)                                                  \
+    do {                                                                                      \
+        if ((xdt) == (ydt)) {                                                                 \
+            DLT_DISPATCH_FLOAT(xdt, T, { typedef T TY; __VA_ARGS__; });                       \
+        } else if ((ydt) == DLT_F16) {                                                        \
+            typedef float T;                                                                  \
+            typedef __half TY;                                                                \
+            __VA_ARGS__;                                                                      \
+        } else {                                                                              \
+            typedef float T;                                                                  \
+            typedef __nv_bfloat16 TY;                                                         \
+            __VA_ARGS__;                                                                      \
+        }                                                                                     \
+    } while (0)
+
+/* the per-element kernels take any pair */
+#define LN_DISPATCH_ANY(xdt, ydt, T, TY, ...)                                                 \
+    DLT_DISPATCH_FLOAT(xdt, T, DLT_DISPATCH_FLOAT(ydt, TY, __VA_ARGS__))
 
 /* W: the parameters' element type (x's, or float) */
 #define LN_DISPATCH_W(wdtype, T, W, ...)                                                      \
@@ -326,24 +365,23 @@ extern "C" {
 
 dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd, const dlt_tensor *x,
                             const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps) {
-    DLT_CHECK(same_dtype("dlt_layer_norm", x->dtype, y));
     DLT_CHECK(same_dtype("dlt_layer_norm", DLT_F32, mean, rstd));
     cudaStream_t st = dlt__stream(ctx);
     const void *rows[2] = {dlt__data(x), dlt__data(y)};
-    const int nv = ln_vec_nv(x->dtype, N, rows, 2, w, b);
+    const int nv = ln_vec_nv(x->dtype, y->dtype, N, rows, 2, w, b);
     if (nv > 0) {
         const int32_t wt = w ? w->dtype : b ? b->dtype : x->dtype;
-        DLT_DISPATCH_FLOAT(x->dtype, T, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
-            ln_fwd_vec_kernel<T, W, NV><<<grid_for(M * 32, LN_VEC_THREADS), LN_VEC_THREADS, 0, st>>>(
-                (T *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
+        LN_DISPATCH_XY(x->dtype, y->dtype, T, TY, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
+            ln_fwd_vec_kernel<T, TY, W, NV><<<grid_for(M * 32, LN_VEC_THREADS), LN_VEC_THREADS, 0, st>>>(
+                (TY *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
                 w ? (const W *)dlt__data(w) : nullptr, b ? (const W *)dlt__data(b) : nullptr, M, (int)N,
                 (float)eps))));
         DLT_CU_LAUNCHED(ctx, "dlt_layer_norm");
         return DLT_OK;
     }
-    DLT_DISPATCH_FLOAT(x->dtype, T,
-        ln_fwd_kernel<T><<<grid_for(M * 32, 256), 256, 0, st>>>(
-            (T *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
+    LN_DISPATCH_ANY(x->dtype, y->dtype, T, TY,
+        ln_fwd_kernel<T, TY><<<grid_for(M * 32, 256), 256, 0, st>>>(
+            (TY *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
             w ? dlt__data(w) : nullptr, w ? w->dtype : 0, b ? dlt__data(b) : nullptr, b ? b->dtype : 0, M, N,
             (float)eps));
     DLT_CU_LAUNCHED(ctx, "dlt_layer_norm");
@@ -354,12 +392,12 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
                             const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean, const dlt_tensor *rstd,
                             const dlt_tensor *w, int64_t M, int64_t N) {
     cudaStream_t st = dlt__stream(ctx);
-    DLT_CHECK(same_dtype("dlt_layer_norm_backward", x->dtype, dx, dy));
+    DLT_CHECK(same_dtype("dlt_layer_norm_backward", x->dtype, dx));
     DLT_CHECK(same_dtype("dlt_layer_norm_backward", DLT_F32, mean, rstd));
     const dim3 fin_block(32, 8);
     const unsigned fin_grid = (unsigned)((N + 31) / 32);
     const void *rows[3] = {dlt__data(x), dlt__data(dx), dlt__data(dy)};
-    const int nv = ln_vec_nv(x->dtype, N, rows, 3, w, NULL);
+    const int nv = ln_vec_nv(x->dtype, dy->dtype, N, rows, 3, w, NULL);
     if (nv > 0) {
         /* a fixed grid (not the SM count): the same chunks, so the same sums, on any GPU */
         const int64_t warps = LN_VEC_THREADS / 32;
@@ -373,9 +411,9 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
         }
         const size_t smem = partial ? (size_t)2 * N * sizeof(float) : 0;
         const int32_t wt = w ? w->dtype : x->dtype;
-        DLT_DISPATCH_FLOAT(x->dtype, T, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
-            ln_bwd_vec_kernel<T, W, NV><<<blocks, LN_VEC_THREADS, smem, st>>>(
-                (T *)dlt__data(dx), partial, (const T *)dlt__data(dy), (const T *)dlt__data(x),
+        LN_DISPATCH_XY(x->dtype, dy->dtype, T, TY, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
+            ln_bwd_vec_kernel<T, TY, W, NV><<<blocks, LN_VEC_THREADS, smem, st>>>(
+                (T *)dlt__data(dx), partial, (const TY *)dlt__data(dy), (const T *)dlt__data(x),
                 (const float *)dlt__data(mean), (const float *)dlt__data(rstd), w ? (const W *)dlt__data(w) : nullptr,
                 M, (int)N))));
         DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
@@ -386,9 +424,9 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
         DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
         return DLT_OK;
     }
-    DLT_DISPATCH_FLOAT(x->dtype, T,
-        ln_bwd_dx_kernel<T><<<grid_for(M * 32, 256), 256, 0, st>>>(
-            (T *)dlt__data(dx), (const T *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
+    LN_DISPATCH_ANY(x->dtype, dy->dtype, T, TY,
+        ln_bwd_dx_kernel<T, TY><<<grid_for(M * 32, 256), 256, 0, st>>>(
+            (T *)dlt__data(dx), (const TY *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
             (const float *)dlt__data(rstd), w ? dlt__data(w) : nullptr, w ? w->dtype : 0, M, N));
     DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
     if (!dw && !db) return DLT_OK;
@@ -397,8 +435,8 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
     void *scratch = NULL;
     DLT_CHECK(dlt__cuda_scratch(ctx, (size_t)2 * chunks * N * sizeof(float), &scratch));
     const dim3 grid((unsigned)((N + 127) / 128), (unsigned)chunks);
-    DLT_DISPATCH_FLOAT(x->dtype, T,
-        ln_bwd_partial_kernel<T><<<grid, 128, 0, st>>>((float *)scratch, (const T *)dlt__data(dy),
+    LN_DISPATCH_ANY(x->dtype, dy->dtype, T, TY,
+        ln_bwd_partial_kernel<T, TY><<<grid, 128, 0, st>>>((float *)scratch, (const TY *)dlt__data(dy),
                                                        (const T *)dlt__data(x), (const float *)dlt__data(mean),
                                                        (const float *)dlt__data(rstd), M, N, rows_per_chunk, chunks));
     DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");

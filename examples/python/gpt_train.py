@@ -108,6 +108,8 @@ def parse_args(argv):
     a("--resume", action="store_true")
     a("--eager", action="store_true")
     a("--deterministic", action="store_true")
+    a("--sdp", choices=["cudnn", "flash", "math"], default="cudnn",
+      help="attention kernels on CUDA: cuDNN's fused attention then flash (default), flash, or the reference")
     a("--sample", type=bounded(int, 0, 10 ** 6), default=0)
     a("--prompt")
     a("--temperature", type=bounded(float, 1e-3, 100), default=0.8)
@@ -394,6 +396,8 @@ def main(argv):
     r = Run(o)
     r.ctx = ctx = dltrain.Context(o.device, seed=o.seed)
     ctx.set_deterministic(o.deterministic)
+    ctx.enable_flash_sdp(o.sdp != "math")
+    ctx.enable_cudnn_sdp(o.sdp == "cudnn")
     with ctx:
         cfg = GPTConfig.preset(o.preset)
         for k in ("n_layer", "n_head", "n_embd", "dropout", "bias"):

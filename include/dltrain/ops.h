@@ -204,6 +204,15 @@ DLT_API DLT_NODISCARD dlt_status dlt_log_softmax(dlt_tensor *x, int32_t dim, dlt
 DLT_API DLT_NODISCARD dlt_status dlt_layer_norm(dlt_tensor *x, const int64_t *normalized_shape, int32_t n,
                                                 dlt_tensor *weight, dlt_tensor *bias, double eps,
                                                 dlt_tensor **out);
+/** dlt_layer_norm with the output in dtype (f32, f16 or bf16): the same values as
+ *  dlt_layer_norm followed by dlt_cast to dtype, and the same gradients, in one kernel and
+ *  without the f32 intermediate (PyTorch: F.layer_norm(x, ...).to(dtype)). For a layer norm
+ *  that feeds a matmul under autocast (the GPT blocks use it so); x's dtype, weight and
+ *  bias as dlt_layer_norm.
+ *  @return as dlt_layer_norm; DLT_ERR_DTYPE for another output dtype. */
+DLT_API DLT_NODISCARD dlt_status dlt_layer_norm_to(dlt_tensor *x, const int64_t *normalized_shape, int32_t n,
+                                                   dlt_tensor *weight, dlt_tensor *bias, double eps, int32_t dtype,
+                                                   dlt_tensor **out);
 
 /** dropout: in training (training != 0 and p > 0) each element is zeroed with probability p
  *  and the rest scaled by 1/(1-p), from the context's counter-based generator (the same mask

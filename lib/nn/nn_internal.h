@@ -190,6 +190,9 @@ dlt_status dlt__embedding_new(dlt_ctx *ctx, int64_t num, int64_t dim, int64_t pa
                               dlt_module **out);
 dlt_status dlt__layernorm_new(dlt_ctx *ctx, int64_t dim, double eps, int32_t affine, int32_t bias, const char *func,
                               dlt_module **out);
+/* The LayerNorm module m run as dlt_layer_norm_to (output in dtype); another kind of module
+ * runs its own forward. */
+dlt_status dlt__layernorm_forward_to(dlt_module *m, dlt_tensor *x, int32_t dtype, dlt_tensor **out);
 dlt_status dlt__dropout_new(dlt_ctx *ctx, double p, const char *func, dlt_module **out);
 /* Whether m is a GPT (gpt.c). */
 int dlt__is_gpt(const dlt_module *m);

@@ -8,7 +8,9 @@
  * Statistics in fp32 (double on the CPU) and saved as f32 [M] for the backward. layer_norm
  * is on autocast's fp32 list: in an autocast region x is cast up and y is f32. Without
  * autocast, y has x's dtype; weight and bias may be of another float dtype (PyTorch allows
- * f32 parameters with a bf16/f16 input on CUDA).
+ * f32 parameters with a bf16/f16 input on CUDA). dlt_layer_norm_to writes y in a dtype of
+ * the caller's choice, the same numbers as dlt_layer_norm then dlt_cast (the f32 result
+ * rounded once), without the f32 tensor; its backward takes dy in that dtype.
  *
  * Gradients (xhat = (x - mean) * rstd, g = u * weight):
  *   dx = rstd * (g - mean_n(g) - xhat * mean_n(g * xhat))
@@ -88,9 +90,9 @@ fail:
     return st;
 }
 
-dlt_status dlt_layer_norm(dlt_tensor *x, const int64_t *normalized_shape, int32_t n, dlt_tensor *weight,
-                          dlt_tensor *bias, double eps, dlt_tensor **out) {
-    static const char *F = "dlt_layer_norm";
+/* y in out_dtype (-1: layer_norm's own, x's or f32 under autocast) */
+static dlt_status layer_norm(const char *F, dlt_tensor *x, const int64_t *normalized_shape, int32_t n,
+                             dlt_tensor *weight, dlt_tensor *bias, double eps, int32_t out_dtype, dlt_tensor **out) {
     DLT_CHECK(dlt__check_tensor(x, F, "x"));
     DLT_NULL_CHECK(out, F);
     DLT_CHECK(dlt__check_float(x, F, "x"));
@@ -135,7 +137,7 @@ dlt_status dlt_layer_norm(dlt_tensor *x, const int64_t *normalized_shape, int32_
     st = dlt__autocast_fp32(t, F, &xc);
     dlt_tensor_release(t);
     if (st != DLT_OK) return dlt__err_wrap(st, F);
-    DLT_CHECK_GOTO(st, dlt__tensor_new_like(xc, xc->dtype, F, &y), done);
+    DLT_CHECK_GOTO(st, dlt__tensor_new_like(xc, out_dtype >= 0 ? out_dtype : xc->dtype, F, &y), done);
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &at.M, 1, DLT_FORMAT_CONTIGUOUS, F, &mean), done);
     DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, DLT_F32, &at.M, 1, DLT_FORMAT_CONTIGUOUS, F, &rstd), done);
     if (y->numel) DLT_CHECK_GOTO(st, ctx->be->ln_fwd(ctx, y, mean, rstd, xc, weight, bias, at.M, at.N, eps), done);
@@ -163,4 +165,17 @@ done:
     }
     *out = y;
     return DLT_OK;
+}
+
+dlt_status dlt_layer_norm(dlt_tensor *x, const int64_t *normalized_shape, int32_t n, dlt_tensor *weight,
+                          dlt_tensor *bias, double eps, dlt_tensor **out) {
+    return layer_norm("dlt_layer_norm", x, normalized_shape, n, weight, bias, eps, -1, out);
+}
+
+dlt_status dlt_layer_norm_to(dlt_tensor *x, const int64_t *normalized_shape, int32_t n, dlt_tensor *weight,
+                             dlt_tensor *bias, double eps, int32_t dtype, dlt_tensor **out) {
+    static const char *F = "dlt_layer_norm_to";
+    if (dtype != DLT_F32 && dtype != DLT_F16 && dtype != DLT_BF16)
+        return dlt__err(DLT_ERR_DTYPE, F, "output dtype must be f32, f16 or bf16, got %s", dlt_dtype_name(dtype));
+    return layer_norm(F, x, normalized_shape, n, weight, bias, eps, dtype, out);
 }

@@ -13,6 +13,13 @@ static dlt_status fwd(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out)
     return dlt_layer_norm(in[0], x->shape + x->ndim - n, n, in[1], in[2], c->fp[0], out);
 }
 
+/* dlt_layer_norm_to: ip[1] is the output dtype */
+static dlt_status fwd_to(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out) {
+    const ot_in *x = &c->in[0];
+    const int32_t n = (int32_t)c->ip[0];
+    return dlt_layer_norm_to(in[0], x->shape + x->ndim - n, n, in[1], in[2], c->fp[0], (int32_t)c->ip[1], out);
+}
+
 static void ref(const ot_case *c, double *const *in, double *out) {
     const ot_in *x = &c->in[0];
     int64_t N = 1;
@@ -70,6 +77,15 @@ static const ot_case CASES[] = {
      -1, {1}, {1e-5}, .flags = OT_NO_FD},
     {"600 rows of 8, bias only", fwd, ref, 3,
      {{OT_X, 2, {600, 8}, -2, 2, 0}, NUL, {OT_P, 1, {8}, -0.5, 0.5, 0}}, 2, {600, 8}, -1, {1}, {1e-5}},
+    /* dlt_layer_norm_to: the output rounded to bf16 / f16 (1e-2: their rounding), from f32
+     * x on CUDA's register kernels and from f16/bf16 x on the per-element ones */
+    {"to bf16, GPT-2 width 768, 32 rows", fwd_to, ref, 3,
+     {{OT_X, 2, {32, 768}, -2, 2, 0}, {OT_P, 1, {768}, 0.5, 1.5, 0}, {OT_P, 1, {768}, -0.5, 0.5, 0}}, 2, {32, 768}, DLT_BF16,
+     {1, DLT_BF16}, {1e-5}, .tol = 1e-2, .flags = OT_NO_FD},
+    {"to f16, weight only, 3 x 40", fwd_to, ref, 3, {{OT_X, 2, {3, 40}, -2, 2, 0}, {OT_P, 1, {40}, 0.5, 1.5, 0}, NUL},
+     2, {3, 40}, DLT_F16, {1, DLT_F16}, {1e-5}, .tol = 1e-2, .flags = OT_NO_FD},
+    {"to bf16, 12 wide (per-element kernels)", fwd_to, ref, 3, {{OT_X, 2, {5, 12}, -2, 2, 0}, NUL, NUL}, 2, {5, 12},
+     DLT_BF16, {1, DLT_BF16}, {1e-5}, .tol = 1e-2, .flags = OT_NO_FD},
     {"empty rows", fwd, ref, 3, {{OT_X, 2, {0, 8}, 0, 0, 0}, {OT_P, 1, {8}, 0, 0, 0}, {OT_P, 1, {8}, 0, 0, 0}}, 2,
      {0, 8}, -1, {1}, {1e-5}},
 };
@@ -98,8 +114,17 @@ static dlt_status e_eps(dlt_ctx *ctx, int *out_touched) {
     dlt_tensor_release(x);
     return st;
 }
+static dlt_status e_to_dtype(dlt_ctx *ctx, int *out_touched) {
+    const int64_t s[2] = {2, 8}, ns[1] = {8};
+    dlt_tensor *x = ot_zeros(ctx, DLT_F32, s, 2), *o = OT_SENTINEL;
+    dlt_status st = dlt_layer_norm_to(x, ns, 1, NULL, NULL, 1e-5, DLT_I32, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(x);
+    return st;
+}
 static const ot_err ERRORS[] = {
     {"normalized_shape not the last sizes", e_shape, DLT_ERR_SHAPE},
+    {"dlt_layer_norm_to an int32 output", e_to_dtype, DLT_ERR_DTYPE},
     {"weight of the wrong shape", e_weight, DLT_ERR_SHAPE},
     {"negative eps", e_eps, DLT_ERR_INVALID_ARGUMENT},
 };

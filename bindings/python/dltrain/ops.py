@@ -27,7 +27,7 @@ __all__ = ["conv2d", "batch_norm2d", "batch_norm2d_act", "relu", "max_pool2d",
            "REDUCTION_SUM", "REDUCTION_NONE", "GELU_NONE", "GELU_TANH",
            "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "pow", "add_scalar",
            "gelu", "silu", "sigmoid", "tanh", "softplus", "sum_dims", "mean_dims", "amax", "argmax",
-           "softmax", "log_softmax", "layer_norm", "dropout", "embedding", "leaky_relu",
+           "softmax", "log_softmax", "layer_norm", "layer_norm_to", "dropout", "embedding", "leaky_relu",
            "scaled_dot_product_attention", "matmul", "bmm", "transpose", "permute", "narrow",
            "split", "cat", "contiguous", "expand", "mse_loss", "binary_cross_entropy_with_logits"]
 
@@ -307,6 +307,13 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     arr, nd, _ = _shape_arg(normalized_shape)
     return _call(lib.dlt_layer_norm, (x,), _t(x, "x"), arr, nd, _opt(weight, "weight"),
                  _opt(bias, "bias"), float(eps))
+
+
+def layer_norm_to(x, normalized_shape, dtype, weight=None, bias=None, eps=1e-5):
+    """layer_norm(...).to(dtype) in one kernel: the same values and gradients, no f32 output."""
+    arr, nd, _ = _shape_arg(normalized_shape)
+    return _call(lib.dlt_layer_norm_to, (x,), _t(x, "x"), arr, nd, _opt(weight, "weight"),
+                 _opt(bias, "bias"), float(eps), _dt.dtype(dtype))
 
 
 def dropout(x, p=0.5, training=True):

@@ -44,6 +44,9 @@ def test_activations_softmax_layer_norm():
     assert np.allclose(_arr(np, F.softmax(t, -1)), e / e.sum(-1, keepdims=True), atol=1e-6)
     mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
     assert np.allclose(_arr(np, F.layer_norm(t, (4,))), (xd - mu) / np.sqrt(var + 1e-5), atol=1e-5)
+    # layer_norm_to: layer_norm then cast, bit for bit
+    assert np.array_equal(_arr(np, F.cast(F.layer_norm_to(t, (4,), "bf16"), "f32")),
+                          _arr(np, F.cast(F.cast(F.layer_norm(t, (4,)), "bf16"), "f32")))
     assert np.allclose(_arr(np, F.sum_dims(t, (0, 2), keepdim=True)), xd.sum((0, 2), keepdims=True), atol=1e-5)
     assert _arr(np, F.argmax(t, -1)).tolist() == np.argmax(x, -1).tolist()
 
