@@ -282,13 +282,16 @@ static dlt_status get_plan(dlt_ctx *ctx, int dir, int32_t dtype, const dlt_sdpa_
     return DLT_OK;
 }
 
-/* The pointer the plan's uid binds: by-value scalars live in the plan. */
-static void *scalar_ptr(dlt_cudnn_plan *e, int64_t uid) {
-    switch (uid) {
-    case U_SCALE: return &e->scalars[0];
-    case U_NEG_INF: return &e->scalars[4];
-    case U_ONE: return &e->scalars[8];
-    default: return NULL;
+/* The pointers the plan's uids bind, in its order: tensors from by_uid (indexed by uid), the
+ * by-value scalars from the plan itself. */
+static void bind(dlt_cudnn_plan *e, void *const *by_uid, void **ptrs) {
+    for (int32_t i = 0; i < e->n_uids; i++) {
+        switch (e->uids[i]) {
+        case U_SCALE: ptrs[i] = &e->scalars[0]; break;
+        case U_NEG_INF: ptrs[i] = &e->scalars[4]; break;
+        case U_ONE: ptrs[i] = &e->scalars[8]; break;
+        default: ptrs[i] = by_uid[e->uids[i]]; break;
+        }
     }
 }
 
@@ -299,17 +302,10 @@ dlt_status dlt__cudnn_sdp_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
     dlt_cudnn_plan *e = NULL;
     DLT_CHECK(get_plan(ctx, DIR_FWD, q->dtype, p, F, &e));
     if (!e) return DLT_OK;
-    void *ptrs[DLT_CUDNN_MAX_UIDS];
-    for (int32_t i = 0; i < e->n_uids; i++) {
-        switch (e->uids[i]) {
-        case U_Q: ptrs[i] = dlt__data(q); break;
-        case U_K: ptrs[i] = dlt__data(k); break;
-        case U_V: ptrs[i] = dlt__data(v); break;
-        case U_O: ptrs[i] = dlt__data(o); break;
-        case U_STATS: ptrs[i] = dlt__data(lse); break;
-        default: ptrs[i] = scalar_ptr(e, e->uids[i]); break;
-        }
-    }
+    void *by_uid[U_VIRTUAL] = {NULL}, *ptrs[DLT_CUDNN_MAX_UIDS];
+    by_uid[U_Q] = dlt__data(q), by_uid[U_K] = dlt__data(k), by_uid[U_V] = dlt__data(v);
+    by_uid[U_O] = dlt__data(o), by_uid[U_STATS] = dlt__data(lse);
+    bind(e, by_uid, ptrs);
     void *ws = NULL;
     if (e->workspace > 0) DLT_CHECK(dlt__cuda_workspace(ctx, (size_t)e->workspace, &ws));
     DLT_CHECK(dlt__cudnn_execute(ctx, e, ptrs, ws, F, "attention forward"));
@@ -332,23 +328,12 @@ dlt_status dlt__cudnn_sdp_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
     void *ws = NULL;
     DLT_CHECK(dlt__cuda_workspace(ctx, acc_bytes + delta_bytes + (size_t)e->workspace, &ws));
     char *base = (char *)ws;
-    void *ptrs[DLT_CUDNN_MAX_UIDS];
-    for (int32_t i = 0; i < e->n_uids; i++) {
-        switch (e->uids[i]) {
-        case U_Q: ptrs[i] = dlt__data(q); break;
-        case U_K: ptrs[i] = dlt__data(k); break;
-        case U_V: ptrs[i] = dlt__data(v); break;
-        case U_O: ptrs[i] = dlt__data(o); break;
-        case U_STATS: ptrs[i] = dlt__data(lse); break;
-        case U_DO: ptrs[i] = dlt__data(dout); break;
-        case U_DQ: ptrs[i] = dlt__data(dq); break;
-        case U_DK: ptrs[i] = dlt__data(dk); break;
-        case U_DV: ptrs[i] = dlt__data(dv); break;
-        case U_DQ_ACC: ptrs[i] = base; break;
-        case U_DELTA: ptrs[i] = base + acc_bytes; break;
-        default: ptrs[i] = scalar_ptr(e, e->uids[i]); break;
-        }
-    }
+    void *by_uid[U_VIRTUAL] = {NULL}, *ptrs[DLT_CUDNN_MAX_UIDS];
+    by_uid[U_Q] = dlt__data(q), by_uid[U_K] = dlt__data(k), by_uid[U_V] = dlt__data(v);
+    by_uid[U_O] = dlt__data(o), by_uid[U_STATS] = dlt__data(lse), by_uid[U_DO] = dlt__data(dout);
+    by_uid[U_DQ] = dlt__data(dq), by_uid[U_DK] = dlt__data(dk), by_uid[U_DV] = dlt__data(dv);
+    by_uid[U_DQ_ACC] = base, by_uid[U_DELTA] = base + acc_bytes;
+    bind(e, by_uid, ptrs);
     DLT_CHECK(dlt__cudnn_execute(ctx, e, ptrs, base + acc_bytes + delta_bytes, F, "attention backward"));
     *served = 1;
     return DLT_OK;
