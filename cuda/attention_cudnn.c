@@ -26,9 +26,11 @@
  * padding-mask workaround for other key lengths on cuDNN <= 9.15, and 9.14's backward reads
  * out of bounds under CUDA-graph replay for them), head dim a multiple of 8 up to 128, no
  * dropout (cuDNN's dropout mask is its own RNG's; ours must equal the CPU's), causal masks
- * aligned top-left as PyTorch's is_causal. Plans are cached per shape (cudnn_graph.c); a
- * shape cuDNN has no engine for (an older GPU, deterministic mode for the backward, whose
- * dQ accumulation uses atomics) is remembered as unsupported and served by the next path.
+ * aligned top-left as PyTorch's is_causal. Not in deterministic mode: the backward adds dQ
+ * with atomics, and cuDNN's engine does not carry the non-determinism note that would let
+ * the plan filter see it (cudnn-frontend's log on the H200); the flash kernels serve instead
+ * (no atomics). Plans are cached per shape (cudnn_graph.c); a shape cuDNN has no engine for
+ * (an older GPU) is remembered as unsupported and served by the next path.
  */
 #include <math.h>
 #include <stdint.h>
@@ -49,7 +51,7 @@ enum {
 
 int dlt__cudnn_sdp_ok(dlt_ctx *ctx, int32_t dtype, const dlt_sdpa_params *p, const void *const *ptrs,
                       int n_ptrs) {
-    if (!ctx->cudnn_sdp) return 0;
+    if (!ctx->cudnn_sdp || ctx->deterministic) return 0;
     if (dtype != DLT_F16 && dtype != DLT_BF16) return 0;
     if (p->dropout_p > 0.0) return 0;
     if (p->D <= 0 || p->D > 128 || p->D % 8 != 0) return 0;
@@ -230,7 +232,6 @@ static void make_key(dlt_cudnn_key *k, const dlt_ctx *ctx, int dir, int32_t dtyp
     const float scale = (float)p->scale; /* the value bound is the fp32 one */
     memcpy(&scale_bits, &scale, sizeof scale);
     dlt__cudnn_key_push(k, scale_bits);
-    dlt__cudnn_key_push(k, ctx->deterministic);
 }
 
 /* The cached plan for this call, built on first use; NULL when cuDNN has no engine for it

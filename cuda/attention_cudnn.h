@@ -12,8 +12,8 @@
 extern "C" {
 #endif
 
-/* 1 when cuDNN may serve this call: the context's cudnn_sdp setting is on, f16/bf16, no
- * dropout, T and S multiples of 128, D a multiple of 8 up to 128, data 16-byte aligned.
+/* 1 when cuDNN may serve this call: the context's cudnn_sdp setting is on and deterministic
+ * mode off, f16/bf16, no dropout, T and S multiples of 128, D a multiple of 8 up to 128, data 16-byte aligned.
  * cuDNN may still have no engine for it (then *served stays 0 below). */
 int dlt__cudnn_sdp_ok(dlt_ctx *ctx, int32_t dtype, const dlt_sdpa_params *p, const void *const *ptrs,
                       int n_ptrs);

@@ -177,6 +177,78 @@ static void path_engaged(void) {
     for (int i = 0; i < c->n_in; i++) free(vals[i]);
 }
 
+/* Output and the three input gradients (as doubles, concatenated) of attention case c in
+ * bf16 on the device with the given settings, the upstream gradient all ones. */
+static double *attention_grads(const ot_case *c, double *const *vals, int32_t cudnn, int32_t deterministic,
+                               int64_t *n_out) {
+    dlt_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL, *u = NULL;
+    CHECK_OK(dlt_ctx_set_flash_sdp(g_dev, 1));
+    CHECK_OK(dlt_ctx_set_cudnn_sdp(g_dev, cudnn));
+    CHECK_OK(dlt_ctx_set_deterministic(g_dev, deterministic));
+    for (int i = 0; i < 3; i++) {
+        in[i] = ot_tensor(g_dev, c, i, DLT_BF16, vals[i]);
+        REQUIRE(in[i] != NULL, "input %d: %s", i, dlt_last_error());
+    }
+    CHECK_OK(c->fwd(c, in, &y));
+    int64_t shape[8];
+    const int32_t nd = dlt_tensor_shape(y, shape, 8);
+    CHECK_OK(dlt_tensor_empty(g_dev, DLT_BF16, shape, nd, DLT_FORMAT_CONTIGUOUS, &u));
+    CHECK_OK(dlt_tensor_fill(u, 1.0));
+    CHECK_OK(dlt_backward(y, u));
+    const int64_t ny = dlt_tensor_numel(y);
+    int64_t total = ny;
+    for (int i = 0; i < 3; i++) total += dlt_tensor_numel(in[i]);
+    double *all = malloc((size_t)total * sizeof *all), *part = ot_read(y);
+    memcpy(all, part, (size_t)ny * sizeof *all);
+    free(part);
+    int64_t at = ny;
+    for (int i = 0; i < 3; i++) {
+        part = ot_read(dlt_tensor_grad(in[i]));
+        memcpy(all + at, part, (size_t)dlt_tensor_numel(in[i]) * sizeof *all);
+        at += dlt_tensor_numel(in[i]);
+        free(part);
+    }
+    dlt_tensor_release(u);
+    dlt_tensor_release(y);
+    for (int i = 0; i < 3; i++) dlt_tensor_release(in[i]);
+    CHECK_OK(dlt_ctx_set_deterministic(g_dev, 0));
+    *n_out = total;
+    return all;
+}
+
+/* Deterministic mode keeps cuDNN's attention out (its backward adds dQ with atomics): with
+ * cudnn_sdp on, the output and gradients are bitwise the flash kernels'; with it off as
+ * well, and outside deterministic mode they differ (cuDNN serves). */
+static void cudnn_deterministic(void) {
+    if (!g_dev) SKIP("%s", g_no_dev);
+    if (dlt_ctx_device_type(g_dev) != DLT_DEVICE_CUDA) SKIP("self-test: no CUDA device");
+    dlt_device_info *info = NULL;
+    int64_t major = 0;
+    CHECK_OK(dlt_device_info_get(dlt_ctx_device_index(g_dev), &info));
+    CHECK_OK(dlt_device_info_int(info, DLT_DEVINFO_CC_MAJOR, &major));
+    dlt_device_info_destroy(info);
+    if (major < 8) SKIP("compute capability %lld.x: no cuDNN attention engine", (long long)major);
+    const ot_case *c = g_case;
+    double *vals[OT_MAX_IN] = {NULL};
+    int64_t nv[OT_MAX_IN] = {0}, n = 0;
+    for (int i = 0; i < c->n_in; i++) vals[i] = ot_values(c, i, DLT_BF16, &nv[i]);
+    double *flash = attention_grads(c, vals, 0, 1, &n), *det = attention_grads(c, vals, 1, 1, &n);
+    double *cudnn = attention_grads(c, vals, 1, 0, &n);
+    int64_t differ_det = 0, differ_cudnn = 0;
+    for (int64_t i = 0; i < n; i++) {
+        differ_det += det[i] != flash[i];
+        differ_cudnn += cudnn[i] != flash[i];
+    }
+    CHECK(differ_det == 0, "%s: deterministic mode with cudnn_sdp on differs from the flash kernels in %lld of %lld "
+          "values: cuDNN served", c->name, (long long)differ_det, (long long)n);
+    CHECK(differ_cudnn > 0, "%s: outside deterministic mode cuDNN should serve (bitwise the flash kernels' values)",
+          c->name);
+    free(flash);
+    free(det);
+    free(cudnn);
+    for (int i = 0; i < c->n_in; i++) free(vals[i]);
+}
+
 /* The attention rows in f16 and bf16 with only `path` of the fast paths on (the reference
  * kernels serve what it cannot), then path_engaged on each case named in `engaged`. */
 static void sdp_pass(sdp_setter path, const char *name, const char *const *engaged, char *label, size_t n) {
@@ -250,6 +322,11 @@ int main(void) {
                                               "cudnn: full, 128 queries, 256 keys, head dim 32",
                                               "cudnn: head dim 72, scale 0.2, 128 tokens, causal", NULL};
         sdp_pass(dlt_ctx_set_cudnn_sdp, "cudnn", engaged, label, sizeof label);
+        for (int i = 0; i < ot_stem_attention.n_cases; i++)
+            if (strcmp(ot_stem_attention.cases[i].name, engaged[0]) == 0) g_case = &ot_stem_attention.cases[i];
+        snprintf(label, sizeof label, "attention/%s bf16 (deterministic mode: the flash kernels, not cuDNN)",
+                 g_case->name);
+        th_run(cudnn_deterministic, label);
     }
     dlt_ctx_destroy(g_dev);
     dlt_ctx_destroy(g_cpu);
