@@ -97,6 +97,11 @@ static void run_cfg(int32_t device, const dlt_gpt_config *gc, int64_t T, const c
         r->nodes = dlt_graph_num_nodes(g);
         RUN(dlt_graph_run(g));
     }
+    if (getenv("DLT_BENCH_PROFILE")) { /* one step marked for Nsight: ncu --nvtx-include "profile_step/" */
+        RUN(dlt_range_push(s.ctx, "profile_step"));
+        RUN(c->graph ? dlt_graph_run(g) : gpt_train_step(&s));
+        RUN(dlt_range_pop(s.ctx));
+    }
     RUN(dlt_ctx_synchronize(s.ctx));
     RUN(dlt_memory_reset_peak(s.ctx));
     RUN(dlt_event_create(s.ctx, &e0));

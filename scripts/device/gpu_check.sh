@@ -17,6 +17,8 @@
 #          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
 #          SANITIZE_TOOLS="racecheck initcheck"  LONGRUN_EPOCHS=10
 #          DLT_GPU_ARCH=90 (meson's gpu_arch for build-gpu; auto: the fat binary)
+#   gpt_profile: Nsight Compute's kernel times of one GPT-2 step (GPT_PROFILE_ARGS, bench_gpt's
+#          options; default batch 16 bf16 eager), summed per kernel by scripts/device/ncu_summary.py.
 #   GPT (issue 17): STAGES="build gpt" runs every GPT stage (gpt = gpt_tests gpt_bench
 #          gpt_recipe gpt_fp16 gpt_hf); each can be named alone. They need build-gpu (the
 #          build stage, or a warm machine's earlier call), .device/anchors with torch_gpt2.py,
@@ -270,6 +272,20 @@ if has profile; then
     >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   note "profile rc=$? ($(( $(date +%s) - t )) s)"
   python3 scripts/device/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu-summary.txt" | head -45
+fi
+
+if has gpt_profile; then
+  # per-kernel device time of one GPT-2 training step (bench_gpt marks it "profile_step";
+  # GPT_PROFILE_ARGS: bench_gpt options). ncu's stderr comes back in the logs: a run that
+  # profiled nothing says why there.
+  t=$(date +%s)
+  DLT_BENCH_PROFILE=1 timeout ${PROFILE_TIMEOUT:-200} ncu --nvtx --nvtx-include "profile_step/" \
+    --metrics gpu__time_duration.sum --csv --print-units base --clock-control none \
+    build-gpu/examples/bench_gpt ${GPT_PROFILE_ARGS:---batch 16 --amp bf16 --mode eager --steps 1 --blocks 1 --warmup 2} \
+    >"$OUT/ncu-gpt.csv" 2>"$OUT/ncu-gpt.err"
+  note "gpt_profile rc=$? ($(( $(date +%s) - t )) s)"
+  python3 scripts/device/ncu_summary.py "$OUT/ncu-gpt.csv" | tee "$OUT/ncu-gpt-summary.txt" | head -45
+  [ -s "$OUT/ncu-gpt-summary.txt" ] || tail -15 "$OUT/ncu-gpt.err"
 fi
 
 if has autotune; then
