@@ -71,12 +71,16 @@ typedef struct sdp_graph {
     cudnnDataType_t io;
     int64_t B, H, T, S, D;
     int64_t next_virtual;
-    cudnnBackendDescriptor_t ops[32];
+    cudnnBackendDescriptor_t ops[24]; /* the backward has 22 */
     int32_t n_ops;
 } sdp_graph;
 
 static void add_op(sdp_graph *g, cudnnBackendDescriptor_t op) {
-    if (g->n_ops < (int32_t)(sizeof g->ops / sizeof g->ops[0])) g->ops[g->n_ops++] = op;
+    if (g->n_ops < (int32_t)(sizeof g->ops / sizeof g->ops[0])) {
+        g->ops[g->n_ops++] = op;
+    } else { /* a graph missing a node must not build */
+        dlt__cudnn_builder_refuse(&g->b, "the attention graph has more operations than sdp_graph holds");
+    }
 }
 
 /* [B, H, rows, cols] with the given strides */
@@ -217,7 +221,7 @@ static void describe_bwd(sdp_graph *g, int causal) {
 
 /* ---- plans ---- */
 
-static void make_key(dlt_cudnn_key *k, const dlt_ctx *ctx, int dir, int32_t dtype, const dlt_sdpa_params *p) {
+static void make_key(dlt_cudnn_key *k, int dir, int32_t dtype, const dlt_sdpa_params *p) {
     memset(k, 0, sizeof *k);
     dlt__cudnn_key_push(k, 3); /* op family: attention */
     dlt__cudnn_key_push(k, dir);
@@ -240,7 +244,7 @@ static dlt_status get_plan(dlt_ctx *ctx, int dir, int32_t dtype, const dlt_sdpa_
                            dlt_cudnn_plan **out) {
     dlt_cudnn_key key;
     *out = NULL;
-    make_key(&key, ctx, dir, dtype, p);
+    make_key(&key, dir, dtype, p);
     dlt_cudnn_plan *e = NULL;
     DLT_CHECK(dlt__cudnn_cache_find(ctx, &key, &e));
     if (!e) {

@@ -1,7 +1,8 @@
 /*
- * cudnn_graph.c - cuDNN backend-API plumbing shared by conv2d.cu and batchnorm.cu: the
- * descriptor builder, plan building with engine filtering and optional autotuning, the
- * per-context plan cache and plan execution. See cudnn_graph.h for the life of a plan.
+ * cudnn_graph.c - cuDNN backend-API plumbing shared by conv2d.cu, batchnorm.cu and
+ * attention_cudnn.c: plan building with engine filtering and optional autotuning, the
+ * per-context plan cache and plan execution (the graphs themselves are described with
+ * cudnn_builder.c). See cudnn_graph.h for the life of a plan.
  *
  * The cache is an open-addressing hash table (linear probing, power-of-two capacity, kept
  * at most half full) from dlt_cudnn_key to heap-allocated plans, so a plan pointer stays
@@ -12,7 +13,6 @@
  * Only cuDNN 9.0-9.14 API is used (the GPU machine runs 9.14): no kernel cache, no
  * device-property descriptors, no native CUDA-graph population.
  */
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,206 +198,6 @@ dlt_status dlt__cudnn_cache_insert(dlt_ctx *ctx, const dlt_cudnn_key *key, dlt_c
 }
 
 /* ---------------------------------------------------------------------------------------
- * The builder: every call checked, the first failure kept (with cuDNN's own message)
- * ------------------------------------------------------------------------------------- */
-static void status_text(cudnnStatus_t s, const char *call, char *buf, size_t n) {
-    char detail[256] = "";
-    cudnnGetLastErrorString(detail, sizeof detail);
-    snprintf(buf, n, "%s failed: %s%s%s", call, cudnnGetErrorString(s), detail[0] ? " - " : "",
-             detail);
-}
-
-static void builder_fail(dlt_cudnn_builder *b, cudnnStatus_t s, const char *call) {
-    if (b->status != CUDNN_STATUS_SUCCESS) return;
-    b->status = s;
-    status_text(s, call, b->failed, sizeof b->failed);
-}
-
-void dlt__cudnn_builder_init(dlt_cudnn_builder *b, dlt_ctx *ctx, const char *func,
-                             const char *what) {
-    memset(b, 0, sizeof *b);
-    b->ctx = ctx;
-    b->func = func;
-    b->what = what;
-    b->status = CUDNN_STATUS_SUCCESS;
-}
-
-void dlt__cudnn_builder_discard(dlt_cudnn_builder *b) {
-    for (int32_t i = b->n_owned - 1; i >= 0; i--)
-        if (b->owned[i]) cudnnBackendDestroyDescriptor(b->owned[i]);
-    b->n_owned = 0;
-}
-
-/* Takes ownership of d (destroys it when the owned list is full: a plan with more than
- * DLT_CUDNN_MAX_OWNED descriptors is refused, never leaked). */
-static int builder_own(dlt_cudnn_builder *b, cudnnBackendDescriptor_t d) {
-    if (b->n_owned >= DLT_CUDNN_MAX_OWNED) {
-        cudnnBackendDestroyDescriptor(d);
-        if (b->status == CUDNN_STATUS_SUCCESS) {
-            b->status = CUDNN_STATUS_INTERNAL_ERROR;
-            snprintf(b->failed, sizeof b->failed, "libdltrain: graph needs more than %d descriptors",
-                     DLT_CUDNN_MAX_OWNED);
-        }
-        return -1;
-    }
-    b->owned[b->n_owned++] = d;
-    return 0;
-}
-
-cudnnBackendDescriptor_t dlt__cudnn_make(dlt_cudnn_builder *b, cudnnBackendDescriptorType_t type) {
-    if (b->status != CUDNN_STATUS_SUCCESS) return NULL;
-    cudnnBackendDescriptor_t d = NULL;
-    cudnnStatus_t s = cudnnBackendCreateDescriptor(type, &d);
-    if (s != CUDNN_STATUS_SUCCESS) {
-        char call[64];
-        snprintf(call, sizeof call, "cudnnBackendCreateDescriptor(type %d)", (int)type);
-        builder_fail(b, s, call);
-        return NULL;
-    }
-    if (builder_own(b, d) != 0) return NULL;
-    return d;
-}
-
-void dlt__cudnn_set_(dlt_cudnn_builder *b, cudnnBackendDescriptor_t d,
-                     cudnnBackendAttributeName_t attr, cudnnBackendAttributeType_t type,
-                     int64_t count, const void *values, const char *attr_name) {
-    if (b->status != CUDNN_STATUS_SUCCESS || !d) return;
-    cudnnStatus_t s = cudnnBackendSetAttribute(d, attr, type, count, values);
-    if (s != CUDNN_STATUS_SUCCESS) {
-        char call[128];
-        snprintf(call, sizeof call, "cudnnBackendSetAttribute(%s)", attr_name);
-        builder_fail(b, s, call);
-    }
-}
-
-void dlt__cudnn_finalize_(dlt_cudnn_builder *b, cudnnBackendDescriptor_t d, const char *what) {
-    if (b->status != CUDNN_STATUS_SUCCESS || !d) return;
-    cudnnStatus_t s = cudnnBackendFinalize(d);
-    if (s != CUDNN_STATUS_SUCCESS) {
-        char call[128];
-        snprintf(call, sizeof call, "cudnnBackendFinalize(%s)", what);
-        builder_fail(b, s, call);
-    }
-}
-
-int dlt__cudnn_dtype(int32_t dtype, cudnnDataType_t *out) {
-    switch (dtype) {
-    case DLT_F32: *out = CUDNN_DATA_FLOAT; return 0;
-    case DLT_F16: *out = CUDNN_DATA_HALF; return 0;
-    case DLT_BF16: *out = CUDNN_DATA_BFLOAT16; return 0;
-    default: return -1;
-    }
-}
-
-cudnnBackendDescriptor_t dlt__cudnn_tensor(dlt_cudnn_builder *b, int64_t uid, cudnnDataType_t dt,
-                                           int32_t nd, const int64_t *dims, const int64_t *strides,
-                                           int64_t alignment, int is_virtual, int by_value) {
-    cudnnBackendDescriptor_t d = dlt__cudnn_make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    DLT_CUDNN_SET(b, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-    DLT_CUDNN_SET(b, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd, dims);
-    DLT_CUDNN_SET(b, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd, strides);
-    DLT_CUDNN_SET(b, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    DLT_CUDNN_SET(b, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    if (is_virtual) {
-        bool v = true; /* CUDNN_TYPE_BOOLEAN takes a C bool */
-        DLT_CUDNN_SET(b, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
-    }
-    if (by_value) {
-        bool v = true;
-        DLT_CUDNN_SET(b, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &v);
-    }
-    DLT_CUDNN_FINALIZE(b, d);
-    return b->status == CUDNN_STATUS_SUCCESS ? d : NULL;
-}
-
-void dlt__cudnn_strides4(const int64_t dims[4], int channels_last, int64_t st[4]) {
-    /* Packed strides computed from the sizes: a size-1 dimension gets the product of the
-     * sizes inside it, which is the "packed" stride cuDNN wants (PyTorch has to repair
-     * arbitrary size-1 strides with fixSizeOneDimStride; ours are always packed). */
-    const int64_t C = dims[1], H = dims[2], W = dims[3];
-    if (channels_last) {
-        st[1] = 1;
-        st[3] = C;
-        st[2] = W * C;
-        st[0] = H * W * C;
-    } else {
-        st[3] = 1;
-        st[2] = W;
-        st[1] = H * W;
-        st[0] = C * H * W;
-    }
-}
-
-cudnnBackendDescriptor_t dlt__cudnn_tensor4(dlt_cudnn_builder *b, int64_t uid, cudnnDataType_t dt,
-                                            const int64_t dims[4], int channels_last,
-                                            int64_t alignment, int is_virtual) {
-    int64_t st[4];
-    dlt__cudnn_strides4(dims, channels_last, st);
-    return dlt__cudnn_tensor(b, uid, dt, 4, dims, st, alignment, is_virtual, 0);
-}
-
-cudnnBackendDescriptor_t dlt__cudnn_pointwise(dlt_cudnn_builder *b, const char *name,
-                                              cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                                              cudnnBackendDescriptor_t bdesc, cudnnBackendDescriptor_t t,
-                                              cudnnBackendDescriptor_t y, int64_t axis) {
-    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t pw = dlt__cudnn_make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    if (axis >= 0) DLT_CUDNN_SET(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    DLT_CUDNN_FINALIZE(b, pw);
-    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    if (bdesc) DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, bdesc);
-    if (t) DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-    dlt__cudnn_finalize_(b, op, name);
-    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
-}
-
-cudnnBackendDescriptor_t dlt__cudnn_matmul(dlt_cudnn_builder *b, const char *name,
-                                           cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bm,
-                                           cudnnBackendDescriptor_t c) {
-    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t mm = dlt__cudnn_make(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    DLT_CUDNN_SET(b, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    DLT_CUDNN_FINALIZE(b, mm);
-    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, bm);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
-    dlt__cudnn_finalize_(b, op, name);
-    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
-}
-
-cudnnBackendDescriptor_t dlt__cudnn_reduction(dlt_cudnn_builder *b, const char *name,
-                                              cudnnReduceTensorOp_t redop, cudnnBackendDescriptor_t x,
-                                              cudnnBackendDescriptor_t y) {
-    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t rd = dlt__cudnn_make(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    DLT_CUDNN_SET(b, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &redop);
-    DLT_CUDNN_SET(b, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    DLT_CUDNN_FINALIZE(b, rd);
-    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd);
-    dlt__cudnn_finalize_(b, op, name);
-    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
-}
-
-cudnnBackendDescriptor_t dlt__cudnn_reshape(dlt_cudnn_builder *b, const char *name,
-                                            cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    cudnnBackendDescriptor_t op = dlt__cudnn_make(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
-    DLT_CUDNN_SET_DESC(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-    dlt__cudnn_finalize_(b, op, name);
-    return b->status == CUDNN_STATUS_SUCCESS ? op : NULL;
-}
-
-/* ---------------------------------------------------------------------------------------
  * Plan building
  * ------------------------------------------------------------------------------------- */
 
@@ -416,7 +216,7 @@ static int engine_allowed(dlt_ctx *ctx, cudnnBackendDescriptor_t cfg, int fp32_i
     cudnnStatus_t s = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng);
     if (s != CUDNN_STATUS_SUCCESS || n < 1) {
-        status_text(s, "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINECFG_ENGINE)", why, why_n);
+        dlt__cudnn_status_text(s, "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINECFG_ENGINE)", why, why_n);
         goto done;
     }
     (void)cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
@@ -426,7 +226,7 @@ static int engine_allowed(dlt_ctx *ctx, cudnnBackendDescriptor_t cfg, int fp32_i
     s = cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                  CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes);
     if (s != CUDNN_STATUS_SUCCESS) {
-        status_text(s, "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINE_NUMERICAL_NOTE)", why, why_n);
+        dlt__cudnn_status_text(s, "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINE_NUMERICAL_NOTE)", why, why_n);
         goto done;
     }
     if (n > CUDNN_NUMERICAL_NOTE_TYPE_COUNT) n = CUDNN_NUMERICAL_NOTE_TYPE_COUNT;
@@ -554,10 +354,10 @@ static void heuristics(dlt_cudnn_builder *b, cudnnBackendDescriptor_t graph, cud
     cudnnBackendDescriptor_t heur = NULL;
     cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
     if (s != CUDNN_STATUS_SUCCESS) {
-        status_text(s, "cudnnBackendCreateDescriptor(ENGINEHEUR)", why, why_n);
+        dlt__cudnn_status_text(s, "cudnnBackendCreateDescriptor(ENGINEHEUR)", why, why_n);
         return;
     }
-    if (builder_own(b, heur) != 0) return; /* kept alive with the plan */
+    if (dlt__cudnn_builder_own(b, heur) != 0) return; /* kept alive with the plan */
     s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
     if (s == CUDNN_STATUS_SUCCESS)
@@ -568,7 +368,7 @@ static void heuristics(dlt_cudnn_builder *b, cudnnBackendDescriptor_t graph, cud
         s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
     if (s != CUDNN_STATUS_SUCCESS) {
-        status_text(s, mode == CUDNN_HEUR_MODE_A ? "heuristics (mode A)" : "heuristics (fallback)",
+        dlt__cudnn_status_text(s, mode == CUDNN_HEUR_MODE_A ? "heuristics (mode A)" : "heuristics (fallback)",
                     why, why_n);
         return;
     }
@@ -586,7 +386,7 @@ static void heuristics(dlt_cudnn_builder *b, cudnnBackendDescriptor_t graph, cud
                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &filled, got)
                  : CUDNN_STATUS_NOT_SUPPORTED;
     if (s != CUDNN_STATUS_SUCCESS) {
-        status_text(s, "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINEHEUR_RESULTS)", why, why_n);
+        dlt__cudnn_status_text(s, "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINEHEUR_RESULTS)", why, why_n);
         filled = 0;
     }
     if (filled > made) filled = made;
@@ -679,7 +479,7 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
             /* NOT_SUPPORTED here is normal: the next config may work */
             char call[80];
             snprintf(call, sizeof call, "execution plan for engine %lld", (long long)engine);
-            status_text(s, call, last_why, sizeof last_why);
+            dlt__cudnn_status_text(s, call, last_why, sizeof last_why);
             if (plan) cudnnBackendDestroyDescriptor(plan);
             rejected++;
             continue;
@@ -729,7 +529,7 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
     for (int32_t i = 0; i < n_cfgs; i++)
         if (cfgs[i]) cudnnBackendDestroyDescriptor(cfgs[i]);
     if (chosen >= 0) {
-        if (builder_own(b, cands[chosen].cfg) != 0) {
+        if (dlt__cudnn_builder_own(b, cands[chosen].cfg) != 0) {
             cudnnBackendDestroyDescriptor(cands[chosen].plan);
             chosen = -1;
         }

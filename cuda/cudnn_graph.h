@@ -2,7 +2,8 @@
  * cudnn_graph.h - the small layer between our ops and cuDNN 9's backend (graph) API: a
  * sticky-error descriptor builder, plan building (heuristics, engine filtering, optional
  * autotuning), the per-context plan cache and execution. Used by conv2d.cu and
- * batchnorm.cu; implemented in cudnn_graph.c (plain C: the backend API is a C API).
+ * batchnorm.cu and attention; implemented in cudnn_builder.c (describing graphs) and
+ * cudnn_graph.c (plans, the cache, execution), plain C: the backend API is a C API.
  *
  * Life of a plan:
  *   1. The op builds a key (dlt_cudnn_key: op kind, dtype, format, every dim, conv params,
@@ -134,6 +135,14 @@ typedef struct dlt_cudnn_builder {
 
 void dlt__cudnn_builder_init(dlt_cudnn_builder *b, dlt_ctx *ctx, const char *func,
                              const char *what);
+/* Records a failure of libdltrain's own (a graph too large for the builder) as the first
+ * failure, unless cuDNN already reported one. */
+void dlt__cudnn_builder_refuse(dlt_cudnn_builder *b, const char *why);
+/* Takes ownership of d (destroys it when the owned list is full: a plan with more than
+ * DLT_CUDNN_MAX_OWNED descriptors is refused, never leaked); -1 then, else 0. */
+int dlt__cudnn_builder_own(dlt_cudnn_builder *b, cudnnBackendDescriptor_t d);
+/* "call failed: cuDNN's status string - its last error message" into buf. */
+void dlt__cudnn_status_text(cudnnStatus_t s, const char *call, char *buf, size_t n);
 /* Destroys every descriptor the builder still owns. */
 void dlt__cudnn_builder_discard(dlt_cudnn_builder *b);
 /* Creates a descriptor owned by the builder (NULL after a failure). */

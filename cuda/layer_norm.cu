@@ -138,10 +138,6 @@ constexpr int LN_VEC_MAX_BLOCKS = 256; /* backward partial rows (dweight/dbias c
 constexpr int LN_VEC_MAX_ELEMS = 32; /* row elements per lane: the backward keeps 4 such arrays
                                       * in registers (more spilled, ptxas sm_90) */
 
-template <typename T> struct vec16 {
-    static constexpr int n = 16 / (int)sizeof(T);
-};
-
 /* V elements of TY at p (V * sizeof(TY) bytes: 8, 16 or 32, aligned so) to or from floats */
 template <typename TY, int V> __device__ __forceinline__ void loadv(float (&o)[V], const TY *p) {
     constexpr int BYTES = V * (int)sizeof(TY);
@@ -176,7 +172,7 @@ template <typename T, typename TY, typename W, int NV>
 __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(TY *y, float *mean, float *rstd, const T *x,
                                                                     const W *w, const W *b, int64_t M, int N,
                                                                     float eps) {
-    constexpr int V = vec16<T>::n;
+    constexpr int V = Vec16<T>::N;
     const int lane = threadIdx.x & 31, nvec = N / V;
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -229,7 +225,7 @@ template <typename T, typename TY, typename W, int NV>
 __global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float *partial, const TY *dy, const T *x,
                                                                     const float *mean, const float *rstd,
                                                                     const W *w, int64_t M, int N) {
-    constexpr int V = vec16<T>::n;
+    constexpr int V = Vec16<T>::N;
     extern __shared__ float red[]; /* [2 N] when partial */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nvec = N / V;
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -303,7 +299,7 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float
  * ln_vec_nv never asks 16-bit types for more than 4, so their 6 and 8 are capped to 4 rather
  * than compiled (they would spill) */
 template <typename T> constexpr int ln_nv_cap(int nv) {
-    return nv * vec16<T>::n <= LN_VEC_MAX_ELEMS ? nv : LN_VEC_MAX_ELEMS / vec16<T>::n;
+    return nv * Vec16<T>::N <= LN_VEC_MAX_ELEMS ? nv : LN_VEC_MAX_ELEMS / Vec16<T>::N;
 }
 #define LN_NV(T, nv, NV, ...)                                                                 \
     do {                                                                                      \
