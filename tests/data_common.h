@@ -73,31 +73,7 @@ static TH_UNUSED void ref_sample(const uint8_t *pix, int64_t epoch, int64_t pos,
 /* Checks a batch (any dtype/format) against reference floats (NCHW): f32 bit-exact, f16/bf16
  * bit-exact with the reference rounded by the library's cast. Returns mismatches. */
 static TH_UNUSED int64_t compare_batch(dlt_tensor *x, const float *ref, int64_t rows) {
-    int64_t shape[4] = {rows, 3, 32, 32};
-    dlt_tensor *r32 = NULL, *rc = NULL;
-    if (dlt_tensor_from_host(g_ctx, DLT_F32, shape, 4, DLT_FORMAT_CONTIGUOUS, ref,
-                             (size_t)rows * IMG * sizeof(float), &r32) != DLT_OK)
-        return -1;
-    const dlt_tensor *want_t = r32;
-    if (dlt_tensor_dtype(x) != DLT_F32) {
-        if (dlt_tensor_cast(r32, dlt_tensor_dtype(x), &rc) != DLT_OK) return -1;
-        want_t = rc;
-    }
-    float *want = th_read_f32(want_t);
-    float *got = th_read_f32(x);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < rows * IMG; i++)
-        if (memcmp(&want[i], &got[i], sizeof(float)) != 0) {
-            if (bad < 3)
-                printf("# element %lld: got %.9g want %.9g\n", (long long)i, (double)got[i],
-                       (double)want[i]);
-            bad++;
-        }
-    free(want);
-    free(got);
-    dlt_tensor_release(r32);
-    dlt_tensor_release(rc);
-    return bad;
+    return dlt_tensor_numel(x) == rows * IMG ? th_compare_bits(g_ctx, x, ref) : -1;
 }
 
 static TH_UNUSED int64_t label_at(dlt_tensor *y, int64_t i) {

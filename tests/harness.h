@@ -272,6 +272,39 @@ static TH_UNUSED float *th_read_f32(const dlt_tensor *t) {
     return out;
 }
 
+/* x (any float dtype/format) against reference floats in logical order, bit for bit, the
+ * reference rounded by the library's cast when x is f16/bf16 (made on ctx). Returns the
+ * mismatches (the first three printed as TAP comments), -1 when it cannot compare. */
+static TH_UNUSED int64_t th_compare_bits(dlt_ctx *ctx, const dlt_tensor *x, const float *ref) {
+    int64_t shape[8];
+    const int32_t nd = dlt_tensor_shape(x, shape, 8);
+    const int64_t n = dlt_tensor_numel(x);
+    dlt_tensor *r32 = NULL, *rc = NULL;
+    if (dlt_tensor_from_host(ctx, DLT_F32, shape, nd, DLT_FORMAT_CONTIGUOUS, ref, (size_t)n * sizeof(float), &r32) !=
+        DLT_OK)
+        return -1;
+    const dlt_tensor *want_t = r32;
+    if (dlt_tensor_dtype(x) != DLT_F32) {
+        if (dlt_tensor_cast(r32, dlt_tensor_dtype(x), &rc) != DLT_OK) {
+            dlt_tensor_release(r32);
+            return -1;
+        }
+        want_t = rc;
+    }
+    float *want = th_read_f32(want_t), *got = th_read_f32(x);
+    int64_t bad = want && got ? 0 : -1;
+    for (int64_t i = 0; bad >= 0 && i < n; i++)
+        if (memcmp(&want[i], &got[i], sizeof(float)) != 0) {
+            if (bad < 3) printf("# element %lld: got %.9g want %.9g\n", (long long)i, (double)got[i], (double)want[i]);
+            bad++;
+        }
+    free(want);
+    free(got);
+    dlt_tensor_release(r32);
+    dlt_tensor_release(rc);
+    return bad;
+}
+
 /* Relative norm error ||a - b|| / ||b|| (b the reference); 0 when both are zero. */
 static TH_UNUSED double th_rel_err(const float *a, const double *ref, int64_t n) {
     double num = 0, den = 0;

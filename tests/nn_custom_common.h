@@ -14,19 +14,11 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "splitmix.h"
 
 static dlt_ctx *g_ctx;
 
 /* ---- deterministic data (splitmix64) ---- */
-static uint64_t g_rng = 1;
-static TH_UNUSED void seed(uint64_t s) { g_rng = s * 0x9e3779b97f4a7c15ull + 1; }
-static TH_UNUSED double urand(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
 /* an f32 tensor of uniform values in [-a, a); vals (may be NULL) receives them as doubles */
 static TH_UNUSED dlt_tensor *rand_tensor(const int64_t *shape, int32_t ndim, double a, double *vals) {
     int64_t n = 1;

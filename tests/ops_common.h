@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "harness.h"
+#include "splitmix.h"
 #include "ref.h"
 
 /* relative-norm tolerances per dtype (output rounding dominates for f16/bf16) */
@@ -35,15 +36,6 @@ static TH_UNUSED const char *fmt_name(int32_t f) {
 }
 
 /* ---- deterministic data (splitmix64) ---- */
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static TH_UNUSED void seed(uint64_t s) { g_rng = s * 0x9e3779b97f4a7c15ull + 1; }
-static TH_UNUSED double urand(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
 static TH_UNUSED double *rand_vals(int64_t n, double lo, double hi) {
     double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
     /* rounded to fp32 so an f32 tensor holds exactly what the reference sees */

@@ -100,36 +100,8 @@ static void ref_image(const uint8_t *pix, int C, int H, int W, int64_t epoch, in
             }
 }
 
-/* Batch x (any float dtype/format) against reference floats in logical order: bit for bit,
- * with the reference rounded by the library's cast for fp16/bf16. Returns mismatches. */
-static int64_t compare_f(const dlt_tensor *x, const float *ref) {
-    int64_t shape[8];
-    int32_t nd = dlt_tensor_shape(x, shape, 8);
-    int64_t n = dlt_tensor_numel(x);
-    dlt_tensor *r32 = NULL, *rc = NULL;
-    if (dlt_tensor_from_host(g_ctx, DLT_F32, shape, nd, DLT_FORMAT_CONTIGUOUS, ref,
-                             (size_t)n * sizeof(float), &r32) != DLT_OK)
-        return -1;
-    const dlt_tensor *want_t = r32;
-    if (dlt_tensor_dtype(x) != DLT_F32) {
-        if (dlt_tensor_cast(r32, dlt_tensor_dtype(x), &rc) != DLT_OK) return -1;
-        want_t = rc;
-    }
-    float *want = th_read_f32(want_t), *got = th_read_f32(x);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp(&want[i], &got[i], sizeof(float)) != 0) {
-            if (bad < 3)
-                printf("# element %lld: got %.9g want %.9g\n", (long long)i, (double)got[i],
-                       (double)want[i]);
-            bad++;
-        }
-    free(want);
-    free(got);
-    dlt_tensor_release(r32);
-    dlt_tensor_release(rc);
-    return bad;
-}
+/* Batch x (any float dtype/format) against reference floats in logical order, bit for bit */
+static int64_t compare_f(const dlt_tensor *x, const float *ref) { return th_compare_bits(g_ctx, x, ref); }
 
 /* ---------------------------------------------------------------------------------------
  * Datasets over tensors

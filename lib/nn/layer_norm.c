@@ -13,22 +13,12 @@ typedef struct layernorm_attrs {
     int32_t weight, bias;
 } layernorm_attrs;
 
-static const dlt__module_kind layernorm_kind;
-
 static dlt_status layernorm_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out,
                                     int32_t n_out) {
     (void)n_in, (void)n_out;
     const layernorm_attrs *a = DLT__IMPL(m, layernorm_attrs);
     dlt_tensor *w = a->weight ? m->state[0].t : NULL, *b = a->bias ? m->state[a->weight].t : NULL;
     return dlt_layer_norm(in[0], &a->dim, 1, w, b, a->eps, &out[0]);
-}
-
-dlt_status dlt__layernorm_forward_to(dlt_module *m, dlt_tensor *x, int32_t dtype, dlt_tensor **out) {
-    if (m->kind != &layernorm_kind) return dlt__module_forward(m, x, out);
-    const layernorm_attrs *a = DLT__IMPL(m, layernorm_attrs);
-    dlt_tensor *w = a->weight ? m->state[0].t : NULL, *b = a->bias ? m->state[a->weight].t : NULL;
-    *out = NULL;
-    return dlt_layer_norm_to(x, &a->dim, 1, w, b, a->eps, dtype, out);
 }
 
 static int layernorm_describe(const dlt_module *m, char *buf, size_t n) {
@@ -45,6 +35,14 @@ static const dlt__module_kind layernorm_kind = {
     .forward = layernorm_forward,
     .describe = layernorm_describe,
 };
+
+dlt_status dlt__layernorm_forward_to(dlt_module *m, dlt_tensor *x, int32_t dtype, dlt_tensor **out) {
+    if (m->kind != &layernorm_kind) return dlt__module_forward(m, x, out);
+    const layernorm_attrs *a = DLT__IMPL(m, layernorm_attrs);
+    dlt_tensor *w = a->weight ? m->state[0].t : NULL, *b = a->bias ? m->state[a->weight].t : NULL;
+    *out = NULL;
+    return dlt_layer_norm_to(x, &a->dim, 1, w, b, a->eps, dtype, out);
+}
 
 dlt_status dlt__layernorm_new(dlt_ctx *ctx, int64_t dim, double eps, int32_t affine, int32_t bias, const char *func,
                               dlt_module **out) {
