@@ -11,14 +11,15 @@ Modes (one per call):
   train (default)
     ours_train.py --weights W.safetensors --inputs X.npy --labels Y.npy --out DIR
                   [--lib build/libdltrain.so] [--device cpu|cuda] [--format auto|contiguous|
-                  channels_last] [--mode fp32|fp16] [--batch 32] [--steps 20]
+                  channels_last] [--mode fp32|fp16|bf16] [--batch 32] [--steps 20]
                   [--init-scale 65536] [--dump-step 1] [--lr 0.01]
     The model is resnet50 with the classifier width of W's fc.bias, in train mode (batch
     statistics), loaded from W (PyTorch state_dict names). Step k (1-based) uses images
     [(k-1)*batch, k*batch) of X ([N,3,32,32] float32, NCHW) and Y ([N] int64). Per step:
-      zero_grad(set_to_none) -> forward (fp16: inside autocast) -> cross_entropy (mean) ->
-      fp32: backward, SGD step | fp16: scaler.scale(loss).backward(), scaler.unscale_,
-      scaler.step, scaler.update (GradScaler(init_scale), PyTorch's other defaults).
+      zero_grad(set_to_none) -> forward (fp16/bf16: inside autocast) -> cross_entropy (mean)
+      -> fp32, bf16: backward, SGD step | fp16: scaler.scale(loss).backward(),
+      scaler.unscale_, scaler.step, scaler.update (GradScaler(init_scale), PyTorch's other
+      defaults). bf16 has no scaler, as in PyTorch's bf16 recipes.
     SGD: lr 0.01, momentum 0. TF32 off in every mode. --format auto is channels-last on
     CUDA (both model and input) and contiguous on the CPU.
     Writes DIR/result.json (per step: loss, found_inf, applied, scale after update) and,
@@ -184,6 +185,7 @@ def train(args):
     if fmt == "auto":
         fmt = "channels_last" if ctx.is_cuda else "contiguous"
     fp16 = args.mode == "fp16"
+    amp = {"fp16": dlt.float16, "bf16": dlt.bfloat16}.get(args.mode)
 
     classes = dlt.load_tensor(args.weights, "fc.bias", ctx=ctx).shape[0]
     with ctx:
@@ -206,7 +208,7 @@ def train(args):
             x = dlt.from_numpy(x_all[lo:hi], format=fmt)
             y = dlt.from_numpy(y_all[lo:hi])
             opt.zero_grad(set_to_none=True)
-            with dlt.autocast(dtype=dlt.float16, enabled=fp16):
+            with dlt.autocast(dtype=amp or dlt.float16, enabled=amp is not None):
                 loss = F.cross_entropy(model(x), y)
             dump = k + 1 == args.dump_step
             if fp16:
@@ -272,7 +274,7 @@ def main(argv=None):
     ap.add_argument("--out")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--format", default="auto", choices=("auto", "contiguous", "channels_last"))
-    ap.add_argument("--mode", default="fp32", choices=("fp32", "fp16"))
+    ap.add_argument("--mode", default="fp32", choices=("fp32", "fp16", "bf16"))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--init-scale", type=float, default=65536.0)

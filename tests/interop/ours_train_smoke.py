@@ -8,7 +8,7 @@ on our own results. Run by hand (it is not part of meson test: about a minute on
 
 It makes our own freshly initialised resnet50(10) (dlt_module_save), the first images of a
 CIFAR-10 file as ToTensor gives them (numpy), then runs ours_train.py as the parity script
-does (fp32 x3, fp16 x1 at init_scale 1024, fp16 x8 from 65536) and checks:
+does (fp32 x3, fp16 x1 at init_scale 1024, fp16 x8 from 65536, bf16 x1) and checks:
   - our CIFAR-10 loader gives the numpy ToTensor bits (and a 1-ulp change is caught);
   - every result is complete and finite; gradient files hold every parameter by name;
   - the weights after step 1 are exactly w - float32(0.01) * grad (1 ulp allowed for FMA);
@@ -106,6 +106,7 @@ def main():
     r32 = run(files, os.path.join(tmp, "fp32"), "fp32", 3)
     r16g = run(files, os.path.join(tmp, "fp16_grad"), "fp16", 1, 1024.0)
     r16s = run(files, os.path.join(tmp, "fp16_scale"), "fp16", 8, 65536.0, 0)
+    rbf = run(files, os.path.join(tmp, "bf16"), "bf16", 1)
     # rounding-level twins of the fp32 step 1: the other memory format, and inputs 1 ulp off
     r32cl = run(files, os.path.join(tmp, "fp32_cl"), "fp32", 1, fmt="channels_last")
     xu = x.view(np.uint32).copy()
@@ -119,7 +120,7 @@ def main():
               complete and all(np.isfinite(r["loss"])), str(r["loss"]))
     check("fp32: every step applied, no scale", all(r32["applied"]) and r32["scale"] == [None] * 3)
 
-    for name, r in (("fp32", r32), ("fp16 1024", r16g)):
+    for name, r in (("fp32", r32), ("fp16 1024", r16g), ("bf16", rbf)):
         g = r["grads"]
         check("%s: gradients of all 161 parameters by name, shapes as the weights" % name,
               sorted(g) == sorted(pnames) and all(g[n].shape == w0[n].shape for n in pnames))
@@ -158,6 +159,9 @@ def main():
     w, wn = ttp.worst_rel(r16g["grads"], r32["grads"], pnames)
     check("fp16 gradients are unscaled: within 2x of fp32's (a missing 1/1024 gives ~1e3)", w <= 2,
           "worst rel. err %.2e %s" % (w, wn))
+    e = abs(rbf["loss"][0] - r32["loss"][0]) / r32["loss"][0]
+    check("bf16 vs fp32 step-1 loss within 0.15, and not equal (autocast was on)",
+          0 < e <= 0.15, "%.2e" % e)
 
     # how far rounding alone moves the step-1 gradients of this model (docs/numerics.md)
     for name, twin in (("channels_last", r32cl), ("1-ulp inputs", r32u)):
@@ -229,6 +233,21 @@ def main():
     st = statuses(dict(res, fp32=dict(res["fp32"], reruns=[r32, r32], twins=[])))
     check("compare(): identical PyTorch runs make the curve rows SKIP",
           [v for k, v in st.items() if "x3" in k] == ["SKIP"] * 2)
+    # bf16 rows: our bf16 run as PyTorch's, a copy 0.1% off as its rerun, our fp32 run as
+    # the float64 truth
+    twin = dict(rbf, loss=[rbf["loss"][0] * (1 + 1e-4)],
+                grads={n: v * np.float32(1.001) for n, v in rbf["grads"].items()})
+    bres = {"bf16": {"ref": rbf, "ours": rbf, "twins": [("torch rerun", twin)]}}
+    st = {r[0]: r[3] for r in ttp.compare(bres, 1024.0, "both", r32)[0]}
+    check("compare(): bf16 rows pass for identical runs (%d rows)" % len(st),
+          len(st) == 4 and all(v == "ok" for v in st.values()), str(st))
+    # bf16 step-1 gradients are ~100% from float64's (docs/numerics.md), so 4x, not 1.5x
+    g_far = {n: v * np.float32(4.0) for n, v in rbf["grads"].items()}
+    st = {r[0]: r[3] for r in ttp.compare({"bf16": dict(bres["bf16"], ours=dict(rbf, grads=g_far))},
+                                          1024.0, "both", r32)[0]}
+    failed = sorted(k for k, v in st.items() if v == "FAIL")
+    check("compare(): bf16 gradients 4x too large fail the spread and the float64 rows",
+          len(failed) == 2 and all("gradients" in f for f in failed), str(failed))
     over = dict(r16g, found_inf=[True])
     fails("an overflow in the init_scale-1024 step",
           dict(res, fp16_grad=dict(res["fp16_grad"], ours=over)), "overflow")
