@@ -18,7 +18,11 @@
  *             dV = Pt dO; dP = dO Vt; dS = P (dP - Di) scale; dK = dSt Q;
  *             dQ = dS K accumulated in fp32 workspace memory, then converted to dQ
  *
- * Kt and the transposes are strided views (the descriptors' strides), not copies. Stats is
+ * Kt and the transposes are strided views (the descriptors' strides), not copies. The same
+ * graphs serve dlt_scaled_dot_product_attention_qkvpacked (p->qkv_packed): Q, K, V, dQ, dK,
+ * dV are then heads of [B,T,3,H,D] rows (nanoGPT's c_attn output and its gradient), O and dO
+ * of [B,T,H,D] rows, read and written in place through their strides, so the head split and
+ * merge copies around attention disappear. Stats is
  * the natural-log log-sum-exp of the scaled scores, the lse our flash and reference kernels
  * keep, so a cuDNN forward and another path's backward mix.
  *
@@ -39,6 +43,7 @@
 
 #include "attention_cudnn.h"
 #include "cudnn_graph.h"
+#include "ops_cuda.h"
 
 enum { DIR_FWD = 0, DIR_BWD = 1 };
 
@@ -70,6 +75,7 @@ typedef struct sdp_graph {
     dlt_cudnn_builder b;
     cudnnDataType_t io;
     int64_t B, H, T, S, D;
+    int packed; /* q, k, v, dq, dk, dv: rows of [B,T,3,H,D]; o, do: rows of [B,T,H,D] */
     int64_t next_virtual;
     cudnnBackendDescriptor_t ops[24]; /* the backward has 22 */
     int32_t n_ops;
@@ -103,6 +109,24 @@ static cudnnBackendDescriptor_t transposed(sdp_graph *g, int64_t uid, cudnnDataT
                                            int64_t cols, int is_virtual) {
     return t4(g, uid, dt, rows, cols, g->H * rows * cols, rows * cols, 1, rows, is_virtual);
 }
+/* Q, K, V or their gradients, [B, H, rows, D] (rows: tokens), in the call's layout */
+static cudnnBackendDescriptor_t heads(sdp_graph *g, int64_t uid, int64_t rows) {
+    if (!g->packed) return packed(g, uid, g->io, rows, g->D, 0);
+    const int64_t row = 3 * g->H * g->D;
+    return t4(g, uid, g->io, rows, g->D, rows * row, g->D, row, 1, 0);
+}
+/* K or V seen transposed, [B, H, D, rows] */
+static cudnnBackendDescriptor_t heads_t(sdp_graph *g, int64_t uid, int64_t rows) {
+    if (!g->packed) return transposed(g, uid, g->io, g->D, rows, 0);
+    const int64_t row = 3 * g->H * g->D;
+    return t4(g, uid, g->io, g->D, rows, rows * row, g->D, 1, row, 0);
+}
+/* O or dO, [B, H, T, D] */
+static cudnnBackendDescriptor_t out_heads(sdp_graph *g, int64_t uid) {
+    if (!g->packed) return packed(g, uid, g->io, g->T, g->D, 0);
+    const int64_t row = g->H * g->D;
+    return t4(g, uid, g->io, g->T, g->D, g->T * row, g->D, row, 1, 0);
+}
 static cudnnBackendDescriptor_t scalar(sdp_graph *g, int64_t uid) {
     const int64_t one[4] = {1, 1, 1, 1};
     return dlt__cudnn_tensor(&g->b, uid, CUDNN_DATA_FLOAT, 4, one, one, 16, 0, 1);
@@ -129,11 +153,11 @@ static cudnnBackendDescriptor_t causal_mask(sdp_graph *g, cudnnBackendDescriptor
 
 static void describe_fwd(sdp_graph *g, int causal) {
     const cudnnDataType_t F = CUDNN_DATA_FLOAT;
-    const int64_t T = g->T, S = g->S, D = g->D;
-    cudnnBackendDescriptor_t q = packed(g, U_Q, g->io, T, D, 0);
-    cudnnBackendDescriptor_t kt = transposed(g, U_K, g->io, D, S, 0);
-    cudnnBackendDescriptor_t v = packed(g, U_V, g->io, S, D, 0);
-    cudnnBackendDescriptor_t o = packed(g, U_O, g->io, T, D, 0);
+    const int64_t T = g->T, S = g->S;
+    cudnnBackendDescriptor_t q = heads(g, U_Q, T);
+    cudnnBackendDescriptor_t kt = heads_t(g, U_K, S);
+    cudnnBackendDescriptor_t v = heads(g, U_V, S);
+    cudnnBackendDescriptor_t o = out_heads(g, U_O);
     cudnnBackendDescriptor_t stats = packed(g, U_STATS, F, T, 1, 0);
     cudnnBackendDescriptor_t scale = scalar(g, U_SCALE);
 
@@ -161,15 +185,15 @@ static void describe_fwd(sdp_graph *g, int causal) {
 static void describe_bwd(sdp_graph *g, int causal) {
     const cudnnDataType_t F = CUDNN_DATA_FLOAT;
     const int64_t T = g->T, S = g->S, D = g->D;
-    cudnnBackendDescriptor_t q = packed(g, U_Q, g->io, T, D, 0);
-    cudnnBackendDescriptor_t kt = transposed(g, U_K, g->io, D, S, 0);
-    cudnnBackendDescriptor_t vt = transposed(g, U_V, g->io, D, S, 0);
-    cudnnBackendDescriptor_t o = packed(g, U_O, g->io, T, D, 0);
-    cudnnBackendDescriptor_t dout = packed(g, U_DO, g->io, T, D, 0);
+    cudnnBackendDescriptor_t q = heads(g, U_Q, T);
+    cudnnBackendDescriptor_t kt = heads_t(g, U_K, S);
+    cudnnBackendDescriptor_t vt = heads_t(g, U_V, S);
+    cudnnBackendDescriptor_t o = out_heads(g, U_O);
+    cudnnBackendDescriptor_t dout = out_heads(g, U_DO);
     cudnnBackendDescriptor_t stats = packed(g, U_STATS, F, T, 1, 0);
-    cudnnBackendDescriptor_t dq = packed(g, U_DQ, g->io, T, D, 0);
-    cudnnBackendDescriptor_t dk = packed(g, U_DK, g->io, S, D, 0);
-    cudnnBackendDescriptor_t dv = packed(g, U_DV, g->io, S, D, 0);
+    cudnnBackendDescriptor_t dq = heads(g, U_DQ, T);
+    cudnnBackendDescriptor_t dk = heads(g, U_DK, S);
+    cudnnBackendDescriptor_t dv = heads(g, U_DV, S);
     cudnnBackendDescriptor_t scale = scalar(g, U_SCALE);
 
     /* Di = rowsum(dO * O), times the dropout's keep probability (1: no dropout here) */
@@ -232,6 +256,7 @@ static void make_key(dlt_cudnn_key *k, int dir, int32_t dtype, const dlt_sdpa_pa
     dlt__cudnn_key_push(k, p->S);
     dlt__cudnn_key_push(k, p->D);
     dlt__cudnn_key_push(k, p->causal);
+    dlt__cudnn_key_push(k, p->qkv_packed);
     int64_t scale_bits = 0;
     const float scale = (float)p->scale; /* the value bound is the fp32 one */
     memcpy(&scale_bits, &scale, sizeof scale);
@@ -249,13 +274,15 @@ static dlt_status get_plan(dlt_ctx *ctx, int dir, int32_t dtype, const dlt_sdpa_
     DLT_CHECK(dlt__cudnn_cache_find(ctx, &key, &e));
     if (!e) {
         char what[200];
-        snprintf(what, sizeof what, "attention %s %s B=%lld H=%lld T=%lld S=%lld D=%lld%s",
+        snprintf(what, sizeof what, "attention %s %s B=%lld H=%lld T=%lld S=%lld D=%lld%s%s",
                  dir == DIR_FWD ? "forward" : "backward", dlt_dtype_name(dtype), (long long)p->B, (long long)p->H,
-                 (long long)p->T, (long long)p->S, (long long)p->D, p->causal ? " causal" : "");
+                 (long long)p->T, (long long)p->S, (long long)p->D, p->causal ? " causal" : "",
+                 p->qkv_packed ? " packed qkv" : "");
         sdp_graph g;
         memset(&g, 0, sizeof g);
         (void)dlt__cudnn_dtype(dtype, &g.io);
         g.B = p->B, g.H = p->H, g.T = p->T, g.S = p->S, g.D = p->D;
+        g.packed = p->qkv_packed != 0;
         g.next_virtual = U_VIRTUAL;
         dlt__cudnn_builder_init(&g.b, ctx, func, what);
         /* the operands bound, in the variant pack's order (-inf only with the mask) */
@@ -300,6 +327,19 @@ static void bind(dlt_cudnn_plan *e, void *const *by_uid, void **ptrs) {
     }
 }
 
+/* The three head tensors' data: q, k, v (or their gradients) as given, or in packed mode
+ * the three column blocks of the one [B,T,3C] tensor passed as each */
+static void heads_ptrs(const dlt_sdpa_params *p, const dlt_tensor *q, const dlt_tensor *k, const dlt_tensor *v,
+                       void **out) {
+    if (!p->qkv_packed) {
+        out[0] = dlt__data(q), out[1] = dlt__data(k), out[2] = dlt__data(v);
+        return;
+    }
+    const size_t block = (size_t)(p->H * p->D) * dlt__dtype_size(q->dtype);
+    char *base = (char *)dlt__data(q);
+    out[0] = base, out[1] = base + block, out[2] = base + 2 * block;
+}
+
 dlt_status dlt__cudnn_sdp_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *q,
                               const dlt_tensor *k, const dlt_tensor *v, const dlt_sdpa_params *p, int *served) {
     static const char *F = "dlt_scaled_dot_product_attention";
@@ -308,7 +348,7 @@ dlt_status dlt__cudnn_sdp_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
     DLT_CHECK(get_plan(ctx, DIR_FWD, q->dtype, p, F, &e));
     if (!e) return DLT_OK;
     void *by_uid[U_VIRTUAL] = {NULL}, *ptrs[DLT_CUDNN_MAX_UIDS];
-    by_uid[U_Q] = dlt__data(q), by_uid[U_K] = dlt__data(k), by_uid[U_V] = dlt__data(v);
+    heads_ptrs(p, q, k, v, &by_uid[U_Q]);
     by_uid[U_O] = dlt__data(o), by_uid[U_STATS] = dlt__data(lse);
     bind(e, by_uid, ptrs);
     void *ws = NULL;
@@ -334,12 +374,35 @@ dlt_status dlt__cudnn_sdp_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
     DLT_CHECK(dlt__cuda_workspace(ctx, acc_bytes + delta_bytes + (size_t)e->workspace, &ws));
     char *base = (char *)ws;
     void *by_uid[U_VIRTUAL] = {NULL}, *ptrs[DLT_CUDNN_MAX_UIDS];
-    by_uid[U_Q] = dlt__data(q), by_uid[U_K] = dlt__data(k), by_uid[U_V] = dlt__data(v);
+    heads_ptrs(p, q, k, v, &by_uid[U_Q]);
     by_uid[U_O] = dlt__data(o), by_uid[U_STATS] = dlt__data(lse), by_uid[U_DO] = dlt__data(dout);
-    by_uid[U_DQ] = dlt__data(dq), by_uid[U_DK] = dlt__data(dk), by_uid[U_DV] = dlt__data(dv);
+    heads_ptrs(p, dq, dk, dv, &by_uid[U_DQ]);
     by_uid[U_DQ_ACC] = base, by_uid[U_DELTA] = base + acc_bytes;
     bind(e, by_uid, ptrs);
     DLT_CHECK(dlt__cudnn_execute(ctx, e, ptrs, base + acc_bytes + delta_bytes, F, "attention backward"));
     *served = 1;
     return DLT_OK;
+}
+
+/* ---- the packed-qkv entries of the CUDA backend (cuDNN alone reads that layout) ---- */
+
+dlt_status dlt__cuda_sdpa_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
+                                  const dlt_sdpa_params *p, int *served) {
+    *served = 0;
+    void *h[3];
+    heads_ptrs(p, qkv, qkv, qkv, h);
+    const void *ptrs[5] = {dlt__data(o), dlt__data(lse), h[0], h[1], h[2]};
+    if (!dlt__cudnn_sdp_ok(ctx, qkv->dtype, p, ptrs, 5)) return DLT_OK;
+    return dlt__cudnn_sdp_fwd(ctx, o, lse, qkv, qkv, qkv, p, served);
+}
+
+dlt_status dlt__cuda_sdpa_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,
+                                  const dlt_tensor *o, const dlt_tensor *lse, const dlt_sdpa_params *p, int *served) {
+    *served = 0;
+    void *h[3], *dh[3];
+    heads_ptrs(p, qkv, qkv, qkv, h);
+    heads_ptrs(p, dqkv, dqkv, dqkv, dh);
+    const void *ptrs[9] = {dlt__data(o), dlt__data(lse), dlt__data(dout), h[0], h[1], h[2], dh[0], dh[1], dh[2]};
+    if (!dlt__cudnn_sdp_ok(ctx, qkv->dtype, p, ptrs, 9)) return DLT_OK;
+    return dlt__cudnn_sdp_bwd(ctx, dqkv, dqkv, dqkv, dout, qkv, qkv, qkv, o, lse, p, served);
 }

@@ -139,6 +139,11 @@ dlt_status dlt__cuda_sdpa_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
 dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_tensor *dv, const dlt_tensor *dout,
                               const dlt_tensor *q, const dlt_tensor *k, const dlt_tensor *v, const dlt_tensor *o,
                               const dlt_tensor *lse, const dlt_sdpa_params *p);
+/* attention_cudnn.c: packed qkv, served by cuDNN only (else *served = 0) */
+dlt_status dlt__cuda_sdpa_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
+                                  const dlt_sdpa_params *p, int *served);
+dlt_status dlt__cuda_sdpa_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,
+                                  const dlt_tensor *o, const dlt_tensor *lse, const dlt_sdpa_params *p, int *served);
 #define DLT_CUDA_TRANSFORMER_ENTRIES                                                          \
     .binary = dlt__cuda_binary, .copy_nd = dlt__cuda_copy_nd, .unary = dlt__cuda_unary,       \
     .unary_bwd = dlt__cuda_unary_bwd, .reduce = dlt__cuda_reduce, .gemm = dlt__cuda_gemm,     \
@@ -146,6 +151,7 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
     .ln_fwd = dlt__cuda_ln_fwd, .ln_bwd = dlt__cuda_ln_bwd, .dropout = dlt__cuda_dropout,     \
     .embedding_fwd = dlt__cuda_embedding_fwd, .embedding_bwd = dlt__cuda_embedding_bwd,       \
     .sdpa_fwd = dlt__cuda_sdpa_fwd, .sdpa_bwd = dlt__cuda_sdpa_bwd,                           \
+    .sdpa_qkv_fwd = dlt__cuda_sdpa_qkv_fwd, .sdpa_qkv_bwd = dlt__cuda_sdpa_qkv_bwd,           \
     .rng_advance = dlt__cuda_rng_advance,
 /* ---- optim: adamw.cu, clip_grad_norm.cu (compile-checked only so far) ---- */
 dlt_status dlt__cuda_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L);

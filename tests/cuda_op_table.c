@@ -131,14 +131,14 @@ static double *attention_out(const ot_case *c, double *const *vals, sdp_setter p
     double *out = NULL;
     sdp_reference_only();
     CHECK_OK(path(g_dev, on));
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < c->n_in; i++) {
         in[i] = ot_tensor(g_dev, c, i, DLT_BF16, vals[i]);
         REQUIRE(in[i] != NULL, "input %d: %s", i, dlt_last_error());
     }
     CHECK_OK(c->fwd(c, in, &y));
     out = ot_read(y);
     dlt_tensor_release(y);
-    for (int i = 0; i < 3; i++) dlt_tensor_release(in[i]);
+    for (int i = 0; i < c->n_in; i++) dlt_tensor_release(in[i]);
     return out;
 }
 
@@ -322,7 +322,9 @@ int main(void) {
     if (th_group_on("cudnn")) {
         static const char *const engaged[] = {"cudnn: 128 tokens, 2 heads of 64, causal",
                                               "cudnn: full, 128 queries, 256 keys, head dim 32",
-                                              "cudnn: head dim 72, scale 0.2, 128 tokens, causal", NULL};
+                                              "cudnn: head dim 72, scale 0.2, 128 tokens, causal",
+                                              "cudnn: packed qkv, 128 tokens, 2 heads of 64, causal",
+                                              "cudnn: packed qkv, 2 x 256 tokens, 3 heads of 32, full", NULL};
         sdp_pass(dlt_ctx_set_cudnn_sdp, "cudnn", engaged, label, sizeof label);
         for (int i = 0; i < ot_stem_attention.n_cases; i++)
             if (strcmp(ot_stem_attention.cases[i].name, engaged[0]) == 0) g_case = &ot_stem_attention.cases[i];

@@ -238,6 +238,18 @@ DLT_API DLT_NODISCARD dlt_status dlt_scaled_dot_product_attention(dlt_tensor *q,
                                                                   int32_t is_causal, double dropout_p,
                                                                   double scale, dlt_tensor **out);
 
+/** scaled_dot_product_attention on a packed qkv, the output of a Transformer's fused input
+ *  projection (nanoGPT's c_attn): qkv [B,T,3C] holds q, k, v side by side along the last
+ *  dimension, each [B,T,C] seen as n_head heads of D = C/n_head ([B,T,H,D]). Returns the
+ *  attention of the heads merged back, [B,T,C]: the same values as splitting qkv, viewing
+ *  and transposing each part to [B,H,T,D], dlt_scaled_dot_product_attention (same mask,
+ *  dropout draws and scale rules), and transposing the result back, without those copies
+ *  where the backend reads the layout directly (cuDNN's attention on CUDA); the gradient
+ *  arrives as one [B,T,3C] tensor. */
+DLT_API DLT_NODISCARD dlt_status dlt_scaled_dot_product_attention_qkvpacked(dlt_tensor *qkv, int64_t n_head,
+                                                                           int32_t is_causal, double dropout_p,
+                                                                           double scale, dlt_tensor **out);
+
 /** matmul with PyTorch's torch.matmul rules for operands of one or more dimensions: 1-D
  *  operands gain (and the result loses) a matrix dimension; batch dimensions broadcast.
  *  Autocast dtype inside a region; otherwise one float dtype; fp32 accumulation. */

@@ -310,6 +310,15 @@ struct dlt_backend {
                            const dlt_tensor *dout, const dlt_tensor *q, const dlt_tensor *k,
                            const dlt_tensor *v, const dlt_tensor *o, const dlt_tensor *lse,
                            const dlt_sdpa_params *p);
+    /* the same on a packed qkv (dlt_scaled_dot_product_attention_qkvpacked, p->qkv_packed
+     * set): q, k, v read from qkv [B,T,3,H,D], o and dout [B,T,H,D], dqkv written [B,T,3,H,D];
+     * lse as above. *served = 0: this backend cannot take the layout for this call (nothing
+     * launched), and the front door unpacks into sdpa_fwd/bwd. NULL: never served. */
+    dlt_status (*sdpa_qkv_fwd)(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
+                               const dlt_sdpa_params *p, int *served);
+    dlt_status (*sdpa_qkv_bwd)(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout,
+                               const dlt_tensor *qkv, const dlt_tensor *o, const dlt_tensor *lse,
+                               const dlt_sdpa_params *p, int *served);
     /* *rng_base += delta, ordered on the stream: the last node of a captured step, and
      * dlt_graph_run's correction before a replay (graph.c) */
     dlt_status (*rng_advance)(dlt_ctx *ctx, uint64_t delta);

@@ -90,7 +90,7 @@ typedef struct dlt_gemm_batch {
 typedef struct dlt_sdpa_params {
     int64_t B, H, T, S, D;
     int32_t causal;
-    int32_t pad_;
+    int32_t qkv_packed; /* sdpa_qkv_fwd/bwd: q, k, v rows of [B,T,3,H,D], o rows of [B,T,H,D] */
     double scale, dropout_p;
     uint64_t seed, offset;
 } dlt_sdpa_params;

@@ -8,9 +8,10 @@
  *   tensor as transformer.wte.weight).
  *
  * Block (pre-LayerNorm):  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
- * Attention: qkv = c_attn(x) [B,T,3C] split into q, k, v, each viewed [B,T,H,C/H] and
- *   permuted to [B,H,T,C/H]; causal scaled_dot_product_attention (dropout on the weights in
- *   training); back to [B,T,C]; c_proj; dropout.
+ * Attention: qkv = c_attn(x) [B,T,3C]; causal attention of its q, k, v heads (each [B,T,C]
+ *   seen as [B,T,H,C/H], dropout on the weights in training) merged back to [B,T,C] by
+ *   dlt_scaled_dot_product_attention_qkvpacked (nanoGPT's split, view, transpose, SDPA,
+ *   transpose; without the copies where cuDNN serves); c_proj; dropout.
  * MLP: c_fc (C -> 4C), GELU (tanh form, GPT-2's "gelu_new"), c_proj (4C -> C), dropout;
  * c_proj's backward recomputes the GELU from its input instead of keeping its output.
  * The positions 0..block_size-1 live on the device from creation (a view of the first T is
@@ -60,40 +61,19 @@ static dlt_status attn_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_i
         return dlt__err(DLT_ERR_SHAPE, "dlt_module_forward", "attention input must be [B, T, C], got %s",
                         dlt__shape_str(x, b, sizeof b));
     }
-    const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], H = a->n_head;
-    dlt_tensor *qkv = NULL, *parts[3] = {NULL}, *heads[3] = {NULL}, *t = NULL, *y = NULL;
+    dlt_tensor *qkv = NULL, *y = NULL, *t = NULL;
     dlt_status st;
-    int32_t n = 0;
     DLT_CHECK_GOTO(st, dlt__module_forward(a->c_attn, x, &qkv), done);
-    DLT_CHECK_GOTO(st, dlt_split(qkv, C, 2, parts, 3, &n), done);
-    for (int i = 0; i < 3; i++) {
-        const int64_t s4[4] = {B, T, H, C / H};
-        const int32_t perm[4] = {0, 2, 1, 3};
-        DLT_CHECK_GOTO(st, dlt_reshape(parts[i], s4, 4, &t), done);
-        st = dlt_permute(t, perm, 4, &heads[i]);
-        REL(t);
-        if (st != DLT_OK) goto done;
-    }
-    DLT_CHECK_GOTO(st, dlt_scaled_dot_product_attention(heads[0], heads[1], heads[2], 1,
-                                                        m->training ? a->dropout : 0.0, 0.0, &y), done);
-    {
-        const int32_t perm[4] = {0, 2, 1, 3};
-        const int64_t s3[3] = {B, T, C};
-        DLT_CHECK_GOTO(st, dlt_permute(y, perm, 4, &t), done);
-        REL(y);
-        DLT_CHECK_GOTO(st, dlt_reshape(t, s3, 3, &y), done);
-        REL(t);
-    }
+    /* the heads are read from qkv and merged into y by the op itself (no split copies) */
+    DLT_CHECK_GOTO(st, dlt_scaled_dot_product_attention_qkvpacked(qkv, a->n_head, 1, m->training ? a->dropout : 0.0,
+                                                                  0.0, &y),
+                   done);
     DLT_CHECK_GOTO(st, dlt__module_forward(a->c_proj, y, &t), done);
     st = dlt__module_forward(a->resid_dropout, t, &out[0]);
 done:
     dlt_tensor_release(qkv);
     dlt_tensor_release(t);
     dlt_tensor_release(y);
-    for (int i = 0; i < 3; i++) {
-        dlt_tensor_release(parts[i]);
-        dlt_tensor_release(heads[i]);
-    }
     return st;
 }
 

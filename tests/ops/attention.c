@@ -1,8 +1,10 @@
 /*
- * attention.c - rows of scaled_dot_product_attention, referenced by the naive float64
- * formula: the full T x S score matrix per (b, h), softmax, dropout mask from the tests'
- * Philox (weight (b,h,i,j) at flat index ((b*H+h)*T+i)*S+j, offset 0 after setting the seed),
- * times v. ip[0]: causal; fp[0]: dropout p; fp[1]: scale (0: 1/sqrt(D)).
+ * attention.c - rows of scaled_dot_product_attention and of its packed-qkv form, referenced
+ * by the naive float64 formula: the full T x S score matrix per (b, h), softmax, dropout mask
+ * from the tests' Philox (weight (b,h,i,j) at flat index ((b*H+h)*T+i)*S+j, offset 0 after
+ * setting the seed), times v. ip[0]: causal; fp[0]: dropout p; fp[1]: scale (0: 1/sqrt(D)).
+ * Packed rows ("packed qkv"): one input qkv [B,T,3C], ip[1] heads; the reference unpacks it
+ * as nanoGPT's split/view/transpose does and merges the result back to [B,T,C].
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,9 +21,9 @@ static dlt_status fwd(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out)
     return dlt_scaled_dot_product_attention(in[0], in[1], in[2], (int32_t)c->ip[0], c->fp[0], c->fp[1], out);
 }
 
-static void ref(const ot_case *c, double *const *in, double *out) {
-    const int64_t B = c->in[0].shape[0], H = c->in[0].shape[1], T = c->in[0].shape[2], D = c->in[0].shape[3];
-    const int64_t S = c->in[1].shape[2];
+/* out [B,H,T,D] from q [B,H,T,D], k, v [B,H,S,D] */
+static void attend(const ot_case *c, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, double *const *in,
+                   double *out) {
     const double scale = c->fp[1] > 0 ? c->fp[1] : 1.0 / sqrt((double)D), p = c->fp[0];
     double *w = malloc((size_t)(S > 0 ? S : 1) * sizeof *w);
     for (int64_t bh = 0; bh < B * H; bh++)
@@ -42,6 +44,39 @@ static void ref(const ot_case *c, double *const *in, double *out) {
             }
         }
     free(w);
+}
+
+static void ref(const ot_case *c, double *const *in, double *out) {
+    attend(c, c->in[0].shape[0], c->in[0].shape[1], c->in[0].shape[2], c->in[1].shape[2], c->in[0].shape[3], in,
+           out);
+}
+
+static dlt_status fwd_packed(const ot_case *c, dlt_tensor *const *in, dlt_tensor **out) {
+    if (c->fp[0] > 0) {
+        dlt_status st = dlt_ctx_set_seed(dlt_tensor_ctx(in[0]), SEED);
+        if (st != DLT_OK) return st;
+    }
+    return dlt_scaled_dot_product_attention_qkvpacked(in[0], c->ip[1], (int32_t)c->ip[0], c->fp[0], c->fp[1], out);
+}
+
+static void ref_packed(const ot_case *c, double *const *in, double *out) {
+    const int64_t B = c->in[0].shape[0], T = c->in[0].shape[1], C = c->in[0].shape[2] / 3, H = c->ip[1];
+    const int64_t D = C / H, n = B * H * T * D;
+    double *h[4];
+    for (int i = 0; i < 4; i++) h[i] = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t hh = 0; hh < H; hh++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++)
+                    for (int i = 0; i < 3; i++)
+                        h[i][((b * H + hh) * T + t) * D + d] = in[0][(b * T + t) * 3 * C + i * C + hh * D + d];
+    attend(c, B, H, T, T, D, h, h[3]);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t hh = 0; hh < H; hh++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++)
+                    out[(b * T + t) * C + hh * D + d] = h[3][((b * H + hh) * T + t) * D + d];
+    for (int i = 0; i < 4; i++) free(h[i]);
 }
 
 #define QKV(B, H, T, S, D)                                                                    \
@@ -96,6 +131,22 @@ static const ot_case CASES[] = {
      -1, {1}, .flags = OT_NO_FD},
     {"cudnn: head dim 72, scale 0.2, 128 tokens, causal", fwd, ref, 3, QKV(1, 2, 128, 128, 72), 4, {1, 2, 128, 72},
      -1, {1}, {0.0, 0.2}, .flags = OT_NO_FD},
+    /* packed qkv [B,T,3C] -> [B,T,C]: the generic path (unpack, attend, merge) on the CPU and
+     * where cuDNN does not serve; cuDNN reads the layout in place for the "cudnn:" rows */
+    {"packed qkv: 2 heads of 4, causal", fwd_packed, ref_packed, 1, {{OT_X, 3, {2, 5, 24}, -1, 1, 0}}, 3,
+     {2, 5, 8}, -1, {1, 2}},
+    {"packed qkv: full, 3 heads of 8, dropout 0.2", fwd_packed, ref_packed, 1, {{OT_X, 3, {1, 6, 72}, -1, 1, 0}}, 3,
+     {1, 6, 24}, -1, {0, 3}, {0.2}},
+    {"packed qkv: scale 0.3, one head of 16, causal", fwd_packed, ref_packed, 1, {{OT_X, 3, {1, 4, 48}, -1, 1, 0}},
+     3, {1, 4, 16}, -1, {1, 1}, {0.0, 0.3}},
+    {"packed qkv: no tokens", fwd_packed, ref_packed, 1, {{OT_X, 3, {1, 0, 24}, -1, 1, 0}}, 3, {1, 0, 8}, -1,
+     {1, 2}},
+    {"cudnn: packed qkv, 128 tokens, 2 heads of 64, causal", fwd_packed, ref_packed, 1,
+     {{OT_X, 3, {1, 128, 384}, -1, 1, 0}}, 3, {1, 128, 128}, -1, {1, 2}, .flags = OT_NO_FD},
+    {"cudnn: packed qkv, 2 x 256 tokens, 3 heads of 32, full", fwd_packed, ref_packed, 1,
+     {{OT_X, 3, {2, 256, 288}, -1, 1, 0}}, 3, {2, 256, 96}, -1, {0, 3}, .flags = OT_NO_FD},
+    {"packed qkv: 130 tokens, 2 heads of 64, causal, dropout 0.1 (flash)", fwd_packed, ref_packed, 1,
+     {{OT_X, 3, {1, 130, 384}, -1, 1, 0}}, 3, {1, 130, 128}, -1, {1, 2}, {0.1}, .flags = OT_NO_FD},
 };
 
 static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {
@@ -130,7 +181,25 @@ static dlt_status e_p(dlt_ctx *ctx, int *out_touched) {
     dlt_tensor_release(q);
     return st;
 }
+static dlt_status e_packed(dlt_ctx *ctx, int *out_touched, int64_t c3, int64_t heads, int32_t ndim, double p) {
+    const int64_t qs[3] = {1, 4, c3};
+    dlt_tensor *q = ot_zeros(ctx, DLT_F32, ndim == 3 ? qs : qs + 1, ndim), *o = OT_SENTINEL;
+    dlt_status st = dlt_scaled_dot_product_attention_qkvpacked(q, heads, 1, p, 0.0, &o);
+    OT_TOUCHED(o);
+    dlt_tensor_release(q);
+    return st;
+}
+static dlt_status e_packed_width(dlt_ctx *ctx, int *t) { return e_packed(ctx, t, 20, 2, 3, 0.0); }
+static dlt_status e_packed_heads(dlt_ctx *ctx, int *t) { return e_packed(ctx, t, 24, 3, 3, 0.0); }
+static dlt_status e_packed_zero(dlt_ctx *ctx, int *t) { return e_packed(ctx, t, 24, 0, 3, 0.0); }
+static dlt_status e_packed_rank(dlt_ctx *ctx, int *t) { return e_packed(ctx, t, 24, 2, 2, 0.0); }
+static dlt_status e_packed_p(dlt_ctx *ctx, int *t) { return e_packed(ctx, t, 24, 2, 3, 1.5); }
 static const ot_err ERRORS[] = {
+    {"packed qkv: last dimension 20 not a multiple of 3", e_packed_width, DLT_ERR_SHAPE},
+    {"packed qkv: C = 8 not a multiple of 3 heads", e_packed_heads, DLT_ERR_SHAPE},
+    {"packed qkv: 0 heads", e_packed_zero, DLT_ERR_SHAPE},
+    {"packed qkv: 2-D", e_packed_rank, DLT_ERR_SHAPE},
+    {"packed qkv: dropout_p 1.5", e_packed_p, DLT_ERR_INVALID_ARGUMENT},
     {"k's head dim differs from q's", e_shape, DLT_ERR_SHAPE},
     {"3-D q", e_rank, DLT_ERR_SHAPE},
     {"q f32 with k bf16 outside autocast", e_dtype, DLT_ERR_DTYPE},

@@ -180,6 +180,7 @@ _SIGNATURES = {
     "dlt_dropout": (STATUS, [PTR, F64, I32, P(PTR)]),
     "dlt_embedding": (STATUS, [PTR, PTR, I64, P(PTR)]),
     "dlt_scaled_dot_product_attention": (STATUS, [PTR, PTR, PTR, I32, F64, F64, P(PTR)]),
+    "dlt_scaled_dot_product_attention_qkvpacked": (STATUS, [PTR, I64, I32, F64, F64, P(PTR)]),
     "dlt_matmul": (STATUS, [PTR, PTR, P(PTR)]),
     "dlt_bmm": (STATUS, [PTR, PTR, P(PTR)]),
     "dlt_transpose": (STATUS, [PTR, I32, I32, P(PTR)]),

@@ -28,7 +28,7 @@ __all__ = ["conv2d", "batch_norm2d", "batch_norm2d_act", "relu", "max_pool2d",
            "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "pow", "add_scalar",
            "gelu", "silu", "sigmoid", "tanh", "softplus", "sum_dims", "mean_dims", "amax", "argmax",
            "softmax", "log_softmax", "layer_norm", "layer_norm_to", "dropout", "embedding", "leaky_relu",
-           "scaled_dot_product_attention", "matmul", "bmm", "transpose", "permute", "narrow",
+           "scaled_dot_product_attention", "scaled_dot_product_attention_qkvpacked", "matmul", "bmm", "transpose", "permute", "narrow",
            "split", "cat", "contiguous", "expand", "mse_loss", "binary_cross_entropy_with_logits"]
 
 
@@ -334,6 +334,14 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     return _call(lib.dlt_scaled_dot_product_attention, (q, k, v), _t(q, "q"), _t(k, "k"),
                  _t(v, "v"), 1 if is_causal else 0, float(dropout_p),
                  0.0 if scale is None else float(scale))
+
+
+def scaled_dot_product_attention_qkvpacked(qkv, n_head, dropout_p=0.0, is_causal=False, scale=None):
+    """Attention of the heads packed in qkv [B,T,3C] (q, k, v side by side, nanoGPT's c_attn
+    output), merged back to [B,T,C]: split, view as n_head heads, transpose, SDPA, transpose
+    back, in one op (no copies where cuDNN serves)."""
+    return _call(lib.dlt_scaled_dot_product_attention_qkvpacked, (qkv,), _t(qkv, "qkv"), int(n_head),
+                 1 if is_causal else 0, float(dropout_p), 0.0 if scale is None else float(scale))
 
 
 def matmul(a, b):

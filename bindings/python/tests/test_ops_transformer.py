@@ -82,6 +82,29 @@ def test_attention_matches_the_formula():
     assert np.allclose(_arr(np, out), w @ v, atol=1e-5)
 
 
+def test_attention_qkvpacked_is_split_transpose_attend_merge():
+    np = numpy_or_skip()
+    ctx = cpu()
+    rng = np.random.default_rng(5)
+    B, T, H, D = 2, 5, 3, 4
+    C = H * D
+    qkv = rng.standard_normal((B, T, 3 * C)).astype(np.float32)
+    out = F.scaled_dot_product_attention_qkvpacked(_t(np, qkv, ctx), H, is_causal=True)
+    assert tuple(out.shape) == (B, T, C)
+    q, k, v = (qkv[:, :, i * C:(i + 1) * C].reshape(B, T, H, D).transpose(0, 2, 1, 3).astype(np.float64)
+               for i in range(3))
+    s = q @ np.swapaxes(k, -1, -2) / 2.0 + np.triu(np.full((T, T), -np.inf), 1)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    ref = (w @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+    assert np.allclose(_arr(np, out), ref, atol=1e-5)
+    try:
+        F.scaled_dot_product_attention_qkvpacked(_t(np, qkv, ctx), 5)
+        raise AssertionError("36 = 3 x 12 columns do not split into 5 heads")
+    except dltrain.errors.InvalidArgument as e:
+        assert "heads" in str(e), str(e)
+
+
 def test_cross_entropy_smoothing_and_errors():
     np = numpy_or_skip()
     ctx = cpu()
