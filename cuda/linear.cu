@@ -18,6 +18,11 @@
  * BGRADB algorithm, uses the plain GEMM plus a deterministic column-sum kernel; likewise a
  * forward without a BIAS algorithm broadcasts b into y and runs the GEMM with beta = 1.
  *
+ * The GPT MLP's c_fc + GELU (tanh form) runs as one GEMM with CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+ * D = gelu(acc + b) and the auxiliary output h = acc + b (the GELU's input, which the
+ * backward needs), both in the output dtype; the GELU is applied to the fp32 accumulator
+ * plus bias before rounding, where the separate kernel rounds h first.
+ *
  * Plans (matmul descriptor, layouts and the heuristic's algorithm) are cached per shape,
  * dtype, compute type, epilogue and pointer alignment in a small round-robin table owned
  * by the context (dlt_cuda_state.gemm), so a warmed-up call allocates nothing and only sets
@@ -102,6 +107,7 @@ struct GemmCall {
     const void *A, *B; /* op(A) is m x k, op(B) is k x n */
     void *D;           /* m x n, ld m; also C */
     void *bias;        /* bias (BIAS) or bias gradient (BGRADB), else NULL */
+    void *aux;         /* GELU_AUX*: the pre-activation output, m x n, ld m; else NULL */
     cublasLtEpilogue_t epilogue;
     float beta;
 };
@@ -163,6 +169,15 @@ dlt_status plan_build(dlt_ctx *ctx, const GemmCall &g, const dlt_gemm_key &key, 
         /* the heuristic reads the pointer's value to learn its alignment */
         LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
                                               sizeof g.bias));
+    }
+    if (g.aux) {
+        const int64_t ld = g.m;
+        int32_t at = (int32_t)t;
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                              sizeof g.aux));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
+                                              sizeof at));
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, t, ar, ac, lda));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, t, br, bc, ldb));
@@ -236,6 +251,10 @@ dlt_status plan_get(dlt_ctx *ctx, const GemmCall &g, const char *F, dlt_gemm_pla
         int32_t ai = ptr_align(g.bias);
         if (ai < al) al = ai;
     }
+    if (g.aux) {
+        int32_t ax = ptr_align(g.aux);
+        if (ax < al) al = ax;
+    }
     key.align = al;
     dlt_cuda_gemm_cache *c = s->gemm;
     for (int i = 0; i < DLT_GEMM_CACHE_SIZE; i++) {
@@ -270,6 +289,9 @@ dlt_status gemm_try(dlt_ctx *ctx, const GemmCall &g, const char *F, int *done) {
     if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         DLT_CUBLAS(ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                        &g.bias, sizeof g.bias), F);
+    if (g.aux)
+        DLT_CUBLAS(ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                       &g.aux, sizeof g.aux), F);
     const float alpha = 1.0f, beta = g.beta;
     cublasStatus_t s = cublasLtMatmul(dlt__cu(ctx)->cublaslt, p->desc, &alpha, g.A, p->a, g.B, p->b, &beta,
                                       g.D, p->d, g.D, p->d, &p->algo, ws, p->workspace, dlt__stream(ctx));
@@ -388,6 +410,29 @@ dlt_status dlt__cuda_linear_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x
         g.beta = 1.0f;
     }
     return gemm_must(ctx, g, F);
+}
+
+dlt_status dlt__cuda_linear_fwd_gelu(dlt_ctx *ctx, dlt_tensor *g, dlt_tensor *h, const dlt_tensor *x,
+                                     const dlt_tensor *w, const dlt_tensor *b, int *served) {
+    static const char *F = "dlt_linear";
+    *served = 0;
+    /* 16-bit only (the MLP under autocast); the aux leading dimension N must be a multiple of 8 */
+    if ((x->dtype != DLT_F16 && x->dtype != DLT_BF16) || w->shape[0] % 8 != 0 || x->shape[1] == 0) return DLT_OK;
+    GemmCall c;
+    memset(&c, 0, sizeof c);
+    c.kind = GEMM_FWD;
+    c.dtype = x->dtype;
+    c.m = w->shape[0];
+    c.n = x->shape[0];
+    c.k = x->shape[1];
+    c.A = dlt__data(w);
+    c.B = dlt__data(x);
+    c.D = dlt__data(g);
+    c.aux = dlt__data(h);
+    c.bias = b ? dlt__data(b) : NULL;
+    c.epilogue = b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    c.beta = 0.0f;
+    return gemm_try(ctx, c, F, served);
 }
 
 dlt_status dlt__cuda_linear_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,

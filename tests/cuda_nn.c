@@ -4,12 +4,15 @@
  * in eval and train mode, the same running statistics and counts after a training forward,
  * and matching parameter gradients; the same with channels-last weights and inputs; and
  * checkpoints move between the devices (a CUDA save loads on the CPU bit for bit and back).
- * Every case skips without a CUDA device.
+ * A tiny GPT under bf16 autocast on CUDA, whose MLP runs c_fc + GELU as one GEMM (cuBLASLt's
+ * GELU_AUX epilogue, the "linear_gelu" tape node), against the same weights in f32 on the
+ * CPU: loss and every parameter gradient. Every case skips without a CUDA device.
  */
 #include <stdint.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "../lib/core/internal.h" /* the tape's nodes (names only) */
 
 static dlt_ctx *g_cpu;
 
@@ -180,6 +183,69 @@ static void test_checkpoint_across_devices(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* tiny GPT (bias on/off): CUDA bf16 autocast against CPU f32, same weights and tokens */
+static void gpt_fused_mlp(int bias) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_gpt_config c;
+    CHECK_OK(dlt_gpt_config_preset("tiny", &c));
+    c.bias = bias;
+    dlt_module *mc = NULL, *mg = NULL;
+    CHECK_OK(dlt_ctx_set_seed(g_cpu, 11));
+    CHECK_OK(dlt_gpt_create(g_cpu, &c, &mc));
+    CHECK_OK(dlt_gpt_create(cu, &c, &mg));
+    REQUIRE(mc && mg);
+    copy_state(mg, mc);
+    const int64_t s[2] = {4, 32};
+    dlt_tensor *idx_c = NULL, *idx_g = NULL, *lc = NULL, *lg = NULL;
+    {
+        int64_t tok[4 * 32];
+        for (int i = 0; i < 4 * 32; i++) tok[i] = (i * 37 + 11) % c.vocab_size;
+        CHECK_OK(dlt_tensor_from_host(g_cpu, DLT_I64, s, 2, 0, tok, sizeof tok, &idx_c));
+        CHECK_OK(dlt_tensor_empty(cu, DLT_I64, s, 2, 0, &idx_g));
+        CHECK_OK(dlt_tensor_copy(idx_g, idx_c));
+    }
+    CHECK_OK(dlt_gpt_forward(mc, idx_c, idx_c, NULL, &lc));
+    CHECK_OK(dlt_autocast_begin(cu, DLT_BF16));
+    CHECK_OK(dlt_gpt_forward(mg, idx_g, idx_g, NULL, &lg));
+    CHECK_OK(dlt_autocast_end(cu));
+    int fused = 0, gelu = 0;
+    for (int64_t i = 0; i < cu->tape.n; i++) {
+        const dlt_node *nd = cu->tape.slots[i];
+        if (nd) fused += !strcmp(nd->name, "linear_gelu"), gelu += !strcmp(nd->name, "gelu");
+    }
+    CHECK(fused == c.n_layer && gelu == 0, "%d linear_gelu and %d gelu nodes for %d blocks: the fused GEMM did not "
+          "serve", fused, gelu, c.n_layer);
+    CHECK_OK(dlt_backward(lc, NULL));
+    CHECK_OK(dlt_backward(lg, NULL));
+    double vc = 0, vg = 0;
+    CHECK_OK(dlt_tensor_item(lc, &vc));
+    CHECK_OK(dlt_tensor_item(lg, &vg));
+    CHECK(fabs(vg - vc) <= 1e-2 * fabs(vc), "loss: CUDA bf16 %.6f, CPU f32 %.6f", vg, vc);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int32_t i = 0; i < dlt_module_num_state(mc); i++) {
+        const char *name;
+        dlt_tensor *ta, *tb;
+        CHECK_OK(dlt_module_state_entry(mc, i, &name, &ta, NULL));
+        CHECK_OK(dlt_module_state_entry(mg, i, NULL, &tb, NULL));
+        const dlt_tensor *ga = dlt_tensor_grad(ta), *gb = dlt_tensor_grad(tb);
+        if (!ga) continue;
+        REQUIRE(gb, "%s has a gradient on the CPU but none on CUDA", name);
+        float *fa = th_read_f32(ga), *fb = th_read_f32(gb);
+        const double e = th_rel_err_f(fb, fa, dlt_tensor_numel(ga));
+        if (e > worst) worst = e, worst_name = name;
+        free(fa), free(fb);
+    }
+    CHECK(worst <= 5e-2, "gradients: worst relative error %.3g (%s), bf16 against f32", worst, worst_name);
+    printf("# bias %d: loss %.6f (CUDA bf16) vs %.6f (CPU f32); worst gradient error %.3g (%s)\n", bias, vg, vc,
+           worst, worst_name);
+    dlt_tensor_release(lc), dlt_tensor_release(lg), dlt_tensor_release(idx_c), dlt_tensor_release(idx_g);
+    dlt_module_destroy(mc), dlt_module_destroy(mg);
+    dlt_ctx_destroy(cu);
+}
+static void test_gpt_fused_mlp_bias(void) { gpt_fused_mlp(1); }
+static void test_gpt_fused_mlp_nobias(void) { gpt_fused_mlp(0); }
+
 int main(void) {
     g_cpu = th_cpu_ctx();
     RUN(test_resnet50_forward_matches_cpu);
@@ -187,6 +253,8 @@ int main(void) {
     RUN(test_resnet50_gradients_match_cpu_eval);
     RUN(test_resnet50_gradients_match_cpu_train);
     RUN(test_checkpoint_across_devices);
+    RUN(test_gpt_fused_mlp_bias);
+    RUN(test_gpt_fused_mlp_nobias);
     dlt_ctx_destroy(g_cpu);
     return th_done();
 }

@@ -189,6 +189,11 @@ struct dlt_backend {
                              const dlt_tensor *b);
     dlt_status (*linear_bwd_data)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
                                   const dlt_tensor *w);
+    /* g = gelu_tanh(x w^T + b) with h = x w^T + b kept (the GELU's input), one GEMM whose
+     * epilogue applies the bias and the GELU; *served = 0: not available for this call,
+     * nothing launched. NULL: never (the front door runs linear_fwd and unary). */
+    dlt_status (*linear_fwd_gelu)(dlt_ctx *ctx, dlt_tensor *g, dlt_tensor *h, const dlt_tensor *x,
+                                  const dlt_tensor *w, const dlt_tensor *b, int *served);
     /* dw = beta*dw + dy^T x ; db = beta*db + sum_rows(dy) (db may be NULL) */
     dlt_status (*linear_bwd_weight)(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor *db,
                                     const dlt_tensor *x, const dlt_tensor *dy, int32_t beta);
@@ -404,6 +409,11 @@ dlt_status dlt__cross_entropy_padded(dlt_tensor *logits, dlt_tensor *targets, in
  * (shape, dtype or format differ) or autocast casts x. */
 dlt_status dlt__linear_recompute(dlt_tensor *x, dlt_tensor *h, int32_t act_op, double act_alpha, dlt_tensor *w,
                                  dlt_tensor *bias, dlt_tensor **out);
+/* g = gelu_tanh(dlt_linear(x, w, bias)) under fp16/bf16 autocast as one recorded op whose
+ * GEMM applies bias and GELU in its epilogue (backend linear_fwd_gelu), and *h = the GELU's
+ * input (no gradient of its own; for dlt__linear_recompute). *g = *h = NULL and DLT_OK when
+ * the backend or the call does not allow it: the caller then runs dlt_linear and the GELU. */
+dlt_status dlt__linear_gelu(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **g, dlt_tensor **h);
 
 #ifdef __cplusplus
 }

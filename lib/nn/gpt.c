@@ -13,7 +13,8 @@
  *   dlt_scaled_dot_product_attention_qkvpacked (nanoGPT's split, view, transpose, SDPA,
  *   transpose; without the copies where cuDNN serves); c_proj; dropout.
  * MLP: c_fc (C -> 4C), GELU (tanh form, GPT-2's "gelu_new"), c_proj (4C -> C), dropout;
- * c_proj's backward recomputes the GELU from its input instead of keeping its output.
+ * c_proj's backward recomputes the GELU from its input instead of keeping its output. Under
+ * fp16/bf16 autocast on CUDA c_fc and the GELU are one GEMM (dlt__linear_gelu).
  * The positions 0..block_size-1 live on the device from creation (a view of the first T is
  * taken per forward: nothing is copied from the host, so a step can be captured).
  */
@@ -96,8 +97,12 @@ static dlt_status mlp_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in
     (void)n_in, (void)n_out;
     const mlp_attrs *a = DLT__IMPL(m, mlp_attrs);
     dlt_tensor *h = NULL, *g = NULL, *p = NULL;
-    dlt_status st = dlt__module_forward(a->c_fc, in[0], &h);
-    if (st == DLT_OK) st = dlt__module_forward(a->gelu, h, &g);
+    /* c_fc and the GELU (tanh form) in one GEMM where the backend fuses them (cuBLASLt's
+     * GELU_AUX_BIAS epilogue under autocast), else the two modules */
+    const dlt_module *fc = a->c_fc;
+    dlt_status st = dlt__linear_gelu(in[0], fc->state[0].t, fc->n_state > 1 ? fc->state[1].t : NULL, &g, &h);
+    if (st == DLT_OK && !g) st = dlt__module_forward(a->c_fc, in[0], &h);
+    if (st == DLT_OK && !g) st = dlt__module_forward(a->gelu, h, &g);
     /* c_proj keeps the GELU's input h for its backward, not the output g (recomputed there):
      * one [B, T, 4C] activation less per block (GPT-2 124M at 16 x 1024: 1.2 GB) */
     const dlt_module *cp = a->c_proj;
