@@ -35,6 +35,10 @@ static const ot_case CASES[] = {
     {"div column", fwd, ref, 2, {X(2, 3, 4), XR(0.5, 2.0, 2, 3, 1)}, 2, {3, 4}, -1, {3}},
     {"div same shape", fwd, ref, 2, {X(1, 9), XR(-2.0, -0.5, 1, 9)}, 1, {9}, -1, {3}},
     {"add f32 + param promotes", fwd, ref, 2, {X(2, 2, 6), {OT_P, 1, {6}, 0, 0, 0}}, 2, {2, 6}, DLT_F32, {0}},
+    /* same shape, mixed dtypes in f16/bf16 (the residual add f32 + branch): CUDA's flat
+     * kernel with a tail after its packs (111 elements) */
+    {"add f32 param + x same shape", fwd, ref, 2, {{OT_P, 2, {3, 37}, 0, 0, 0}, X(2, 3, 37)}, 2, {3, 37}, DLT_F32, {0}},
+    {"div x / f32 param same shape", fwd, ref, 2, {X(1, 45), {OT_P, 1, {45}, 0.5, 2.0, 0}}, 1, {45}, DLT_F32, {3}},
     {"mul empty", fwd, ref, 2, {X(2, 0, 3), X(1, 3)}, 2, {0, 3}, -1, {2}},
     /* integer operands (no gradient; the case dtype does not apply): CUDA's exact int64
      * kernel with mixed widths, and int -> float loads in the float kernel */
