@@ -733,6 +733,71 @@ static void test_layer_norm_to_matches_cast(void) {
     layer_norm_to_check(g_dev, DLT_F16, 1);
 }
 
+/* ---- casts between f32, f16 and bf16 bit for bit against the CPU (cuda/elementwise.cu's
+ * 16-byte conversion with its scalar tail: n % 8 of 3, 0, 5 and all; views at element
+ * offset 1, and 4 of a 16-bit source, start off a 16-byte boundary and take the
+ * per-element kernel). Values span every f16/bf16 range: subnormal, normal, overflow,
+ * +-0, +-inf. ---- */
+static void test_cast_bitwise(void) {
+    if (!g_dev) SKIP("%s", g_no_dev);
+    static const int32_t PAIRS[][2] = {{DLT_F32, DLT_BF16}, {DLT_F32, DLT_F16}, {DLT_BF16, DLT_F32},
+                                       {DLT_F16, DLT_F32},  {DLT_F16, DLT_BF16}, {DLT_BF16, DLT_F16}};
+    static const int64_t SIZES[] = {1000003, 16 * 768, 13, 5};
+    static const int64_t OFFS[] = {0, 1, 4, 8};
+    g_rng = 0xca57u;
+    for (size_t p = 0; p < sizeof PAIRS / sizeof PAIRS[0]; p++)
+        for (size_t z = 0; z < sizeof SIZES / sizeof SIZES[0]; z++) {
+            const int32_t from = PAIRS[p][0], to = PAIRS[p][1];
+            const int64_t n = SIZES[z], nb = n + 8;
+            float *v = malloc((size_t)nb * sizeof *v);
+            REQUIRE(v != NULL);
+            for (int64_t i = 0; i < nb; i++) /* |v| in [2^-30, 2^18): f16 subnormals to overflow */
+                v[i] = (float)((urand() < 0.5 ? -1.0 : 1.0) * (1.0 + urand()) * pow(2.0, floor(urand() * 48.0) - 30.0));
+            v[0] = 0.0f, v[1] = -0.0f, v[2] = INFINITY, v[3] = -INFINITY;
+            dlt_tensor *f32 = NULL, *base[2] = {NULL, NULL}; /* [cpu, device] */
+            CHECK_OK(dlt_tensor_from_host(g_cpu, DLT_F32, &nb, 1, DLT_FORMAT_CONTIGUOUS, v, (size_t)nb * sizeof *v, &f32));
+            free(v);
+            if (from == DLT_F32) {
+                base[0] = f32;
+                f32 = NULL;
+            } else {
+                CHECK_OK(dlt_tensor_cast(f32, from, &base[0]));
+            }
+            dlt_tensor_release(f32);
+            CHECK_OK(dlt_tensor_to_ctx(base[0], g_dev, &base[1]));
+            for (size_t o = 0; o < sizeof OFFS / sizeof OFFS[0]; o++) {
+                dlt_tensor *view[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
+                void *bytes[2] = {NULL, NULL};
+                const size_t es = dlt_dtype_size(to), nbytes = (size_t)n * es;
+                for (int k = 0; k < 2; k++) {
+                    CHECK_OK(dlt_narrow(base[k], 0, OFFS[o], n, &view[k]));
+                    CHECK_OK(dlt_tensor_cast(view[k], to, &y[k]));
+                    bytes[k] = malloc(nbytes);
+                    REQUIRE(bytes[k] != NULL);
+                    CHECK_OK(dlt_tensor_copy_to_host(y[k], bytes[k], nbytes));
+                }
+                int64_t bad = 0, first = -1;
+                for (int64_t i = 0; i < n; i++)
+                    if (memcmp((char *)bytes[0] + i * es, (char *)bytes[1] + i * es, es) != 0) {
+                        if (first < 0) first = i;
+                        bad++;
+                    }
+                CHECK(bad == 0, "%s -> %s, n %lld, offset %lld: %lld of %lld elements differ (first %lld)",
+                      dlt_dtype_name(from), dlt_dtype_name(to), (long long)n, (long long)OFFS[o], (long long)bad,
+                      (long long)n, (long long)first);
+                for (int k = 0; k < 2; k++) {
+                    free(bytes[k]);
+                    dlt_tensor_release(y[k]);
+                    dlt_tensor_release(view[k]);
+                }
+            }
+            dlt_tensor_release(base[0]);
+            dlt_tensor_release(base[1]);
+        }
+    CHECK_OK(dlt_ctx_check(g_dev));
+}
+/* ---- end of test_cast_bitwise ---- */
+
 int main(void) {
     g_cpu = th_cpu_ctx();
     const char *self = getenv("DLT_CUDA_OPS_SELFTEST");
@@ -752,6 +817,7 @@ int main(void) {
     RUN(test_dropout_graph_replays_match_eager);
     RUN(test_layer_norm_to_matches_cast);
     RUN(test_binary_mixed_bitwise);
+    RUN(test_cast_bitwise);
     dlt_ctx_destroy(g_dev);
     dlt_ctx_destroy(g_cpu);
     return th_done();

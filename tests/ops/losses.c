@@ -88,6 +88,15 @@ static const ot_case CASES[] = {
     /* K a multiple of 8: CUDA's 16-bit gradient kernel (8 columns per thread; f16/bf16 rows) */
     {"cross_entropy 96 x 264, mean, smoothing 0.1, ignore 5", fwd, ref, 2,
      {LOGITS(2, 96, 264), {OT_I64, 1, {96}, 0, 264, 0}}, 0, {0}, DLT_F32, {CE, DLT_REDUCTION_MEAN, 5}, {0.1}},
+    /* at least 4096 classes: CUDA's block-per-row lse (16-byte loads). K % 8 == 0: aligned rows,
+     * and the 16-bit gradient kernel's unrolled loop plus its remainder (1025 vectors a row);
+     * K odd: rows start anywhere in a 16-byte line (scalar head and tail around the vectors)
+     * and the flat gradient kernel. Forward-only in ref mode (finite differences of 74k logits) */
+    {"cross_entropy 9 x 8200, none, smoothing 0.1", fwd, ref, 2,
+     {LOGITS(2, 9, 8200), {OT_I64, 1, {9}, 0, 8200, 0}}, 1, {9}, DLT_F32, {CE, DLT_REDUCTION_NONE, -100}, {0.1}, 0,
+     OT_NO_FD},
+    {"cross_entropy 3 x 50257, sum", fwd, ref, 2, {LOGITS(2, 3, 50257), {OT_I32, 1, {3}, 0, 50257, 0}}, 0, {0},
+     DLT_F32, {CE, DLT_REDUCTION_SUM, -100}, {0}, 0, OT_NO_FD},
     {"mse mean", fwd, ref, 2, {LOGITS(2, 4, 3), {OT_X, 2, {4, 3}, -1, 1, 0}}, 0, {0}, DLT_F32, {MSE, 0}},
     {"mse none, broadcast target", fwd, ref, 2, {LOGITS(2, 4, 3), {OT_X, 1, {3}, -1, 1, 0}}, 2, {4, 3}, DLT_F32,
      {MSE, DLT_REDUCTION_NONE}},
