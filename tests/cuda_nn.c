@@ -189,17 +189,18 @@ static void gpt_fused_mlp(int bias) {
     dlt_gpt_config c;
     CHECK_OK(dlt_gpt_config_preset("tiny", &c));
     c.bias = bias;
+    c.n_embd = 128, c.block_size = 64; /* GEMMs of 256 x 512 x 128 in the MLP */
     dlt_module *mc = NULL, *mg = NULL;
     CHECK_OK(dlt_ctx_set_seed(g_cpu, 11));
     CHECK_OK(dlt_gpt_create(g_cpu, &c, &mc));
     CHECK_OK(dlt_gpt_create(cu, &c, &mg));
     REQUIRE(mc && mg);
     copy_state(mg, mc);
-    const int64_t s[2] = {4, 32};
+    const int64_t s[2] = {4, 64};
     dlt_tensor *idx_c = NULL, *idx_g = NULL, *lc = NULL, *lg = NULL;
     {
-        int64_t tok[4 * 32];
-        for (int i = 0; i < 4 * 32; i++) tok[i] = (i * 37 + 11) % c.vocab_size;
+        int64_t tok[4 * 64];
+        for (int i = 0; i < 4 * 64; i++) tok[i] = (i * 37 + 11) % c.vocab_size;
         CHECK_OK(dlt_tensor_from_host(g_cpu, DLT_I64, s, 2, 0, tok, sizeof tok, &idx_c));
         CHECK_OK(dlt_tensor_empty(cu, DLT_I64, s, 2, 0, &idx_g));
         CHECK_OK(dlt_tensor_copy(idx_g, idx_c));
@@ -220,8 +221,10 @@ static void gpt_fused_mlp(int bias) {
     double vc = 0, vg = 0;
     CHECK_OK(dlt_tensor_item(lc, &vc));
     CHECK_OK(dlt_tensor_item(lg, &vg));
-    CHECK(fabs(vg - vc) <= 1e-2 * fabs(vc), "loss: CUDA bf16 %.6f, CPU f32 %.6f", vg, vc);
-    double worst = 0;
+    CHECK(fabs(vg - vc) <= 2e-2 * fabs(vc), "loss: CUDA bf16 %.6f, CPU f32 %.6f", vg, vc);
+    /* bf16 against f32: a few percent per tensor is rounding; a wrong GELU input (h) in the
+     * backward makes c_fc's and every earlier gradient wrong by their own size */
+    double worst = 0, d2 = 0, r2 = 0;
     const char *worst_name = "";
     for (int32_t i = 0; i < dlt_module_num_state(mc); i++) {
         const char *name;
@@ -234,11 +237,16 @@ static void gpt_fused_mlp(int bias) {
         float *fa = th_read_f32(ga), *fb = th_read_f32(gb);
         const double e = th_rel_err_f(fb, fa, dlt_tensor_numel(ga));
         if (e > worst) worst = e, worst_name = name;
+        for (int64_t k = 0; k < dlt_tensor_numel(ga); k++)
+            d2 += ((double)fb[k] - fa[k]) * ((double)fb[k] - fa[k]), r2 += (double)fa[k] * fa[k];
+        if (e > 2e-2) printf("# %s: gradient rel err %.3g\n", name, e);
         free(fa), free(fb);
     }
-    CHECK(worst <= 5e-2, "gradients: worst relative error %.3g (%s), bf16 against f32", worst, worst_name);
-    printf("# bias %d: loss %.6f (CUDA bf16) vs %.6f (CPU f32); worst gradient error %.3g (%s)\n", bias, vg, vc,
-           worst, worst_name);
+    const double all = r2 > 0 ? sqrt(d2 / r2) : 0.0;
+    CHECK(worst <= 0.25 && all <= 5e-2, "gradients: worst tensor %.3g (%s), all together %.3g, bf16 against f32", worst,
+          worst_name, all);
+    printf("# bias %d: loss %.6f (CUDA bf16) vs %.6f (CPU f32); gradients: worst tensor %.3g (%s), all %.3g\n", bias,
+           vg, vc, worst, worst_name, all);
     dlt_tensor_release(lc), dlt_tensor_release(lg), dlt_tensor_release(idx_c), dlt_tensor_release(idx_g);
     dlt_module_destroy(mc), dlt_module_destroy(mg);
     dlt_ctx_destroy(cu);

@@ -418,9 +418,14 @@ static dlt_status leaf_grad_buffer(dlt_tensor *leaf, dlt_tensor **out) {
     return DLT_OK;
 }
 
+/* A queued write into the leaf's gradient buffer (pend_push marks the buffer it writes) */
+static int leaf_pending(const dlt_tensor *leaf) {
+    return leaf->grad_pending || (leaf->grad && leaf->grad->grad_pending);
+}
+
 static dlt_status deliver_to_leaf(dlt_ctx *ctx, dlt_tensor *leaf, dlt_tensor *g) {
     dlt_tensor *buf;
-    if (leaf->grad_pending) {
+    if (leaf_pending(leaf)) {
         dlt_status fst = pend_flush(ctx);
         if (fst != DLT_OK) {
             dlt_tensor_release(g);
@@ -438,7 +443,7 @@ static dlt_status run_node(dlt_ctx *ctx, dlt_node *nd) {
     dlt_grad_slot slots[DLT_NODE_MAX_IN];
     memset(slots, 0, sizeof slots);
     for (int32_t i = 0; i < nd->n_in; i++)
-        if (nd->next[i].leaf && nd->next[i].leaf->grad_pending) {
+        if (nd->next[i].leaf && leaf_pending(nd->next[i].leaf)) {
             DLT_CHECK(pend_flush(ctx));
             break;
         }
