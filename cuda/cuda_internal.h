@@ -132,7 +132,7 @@ dlt_status dlt__cuda_bench_gemm(dlt_ctx *ctx, int32_t kind, int64_t m, int64_t n
 /* graph.c */
 void dlt__cuda_capture_trace(dlt_ctx *ctx, int32_t on);
 dlt_status dlt__cuda_capture_begin(dlt_ctx *ctx);
-dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes);
+dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *stats);
 dlt_status dlt__cuda_graph_launch(dlt_ctx *ctx, void *exec);
 void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec);
 /* The allocator's side (context.c; bytes already rounded): during a capture with an

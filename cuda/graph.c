@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "../lib/core/arena.h"
+#include "../lib/core/graph_depth.h"
 #include "cuda_internal.h"
 
 /* A growable list of device pointers. */
@@ -250,7 +251,91 @@ dlt_status dlt__cuda_capture_begin(dlt_ctx *ctx) {
     return DLT_OK;
 }
 
-dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes) {
+/* handle -> index lookups for the edges: the node handles sorted with their positions */
+typedef struct node_ix {
+    cudaGraphNode_t node;
+    int64_t ix;
+} node_ix;
+
+static int node_ix_cmp(const void *a, const void *b) {
+    const uintptr_t x = (uintptr_t)((const node_ix *)a)->node, y = (uintptr_t)((const node_ix *)b)->node;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t node_index(const node_ix *sorted, int64_t n, cudaGraphNode_t node) {
+    node_ix key = {node, 0};
+    const node_ix *hit = bsearch(&key, sorted, (size_t)n, sizeof key, node_ix_cmp);
+    return hit ? hit->ix : -1;
+}
+
+/* Node counts by kind, edges and the longest chain of the captured graph (dlt_graph_stat). */
+static dlt_status graph_stats(dlt_ctx *ctx, cudaGraph_t graph, int64_t *stats) {
+    static const char *F = "dlt_graph_create";
+    memset(stats, 0, DLT_GRAPH_STAT_COUNT * sizeof *stats);
+    size_t n = 0, ne = 0;
+    DLT_CU(ctx, cudaGraphGetNodes(graph, NULL, &n), F);
+#if CUDART_VERSION >= 13000
+    DLT_CU(ctx, cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne), F);
+#else
+    DLT_CU(ctx, cudaGraphGetEdges(graph, NULL, NULL, &ne), F);
+#endif
+    stats[DLT_GRAPH_STAT_NODES] = (int64_t)n;
+    stats[DLT_GRAPH_STAT_EDGES] = (int64_t)ne;
+    if (n == 0) return DLT_OK;
+    cudaGraphNode_t *nodes = malloc(n * sizeof *nodes), *from = malloc((ne ? ne : 1) * sizeof *from),
+                    *to = malloc((ne ? ne : 1) * sizeof *to);
+    node_ix *sorted = malloc(n * sizeof *sorted);
+    int64_t *fi = malloc((ne ? ne : 1) * sizeof *fi), *ti = malloc((ne ? ne : 1) * sizeof *ti);
+    dlt_status st = DLT_OK;
+    cudaError_t e = cudaSuccess;
+    if (!nodes || !from || !to || !sorted || !fi || !ti) {
+        st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the graph's node list (%zu nodes)", n);
+        goto done;
+    }
+    e = cudaGraphGetNodes(graph, nodes, &n);
+#if CUDART_VERSION >= 13000
+    if (e == cudaSuccess && ne) e = cudaGraphGetEdges(graph, from, to, NULL, &ne);
+#else
+    if (e == cudaSuccess && ne) e = cudaGraphGetEdges(graph, from, to, &ne);
+#endif
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+        enum cudaGraphNodeType t;
+        e = cudaGraphNodeGetType(nodes[i], &t);
+        if (e != cudaSuccess) break;
+        switch (t) {
+        case cudaGraphNodeTypeKernel: stats[DLT_GRAPH_STAT_KERNELS]++; break;
+        case cudaGraphNodeTypeMemcpy: stats[DLT_GRAPH_STAT_MEMCPY]++; break;
+        case cudaGraphNodeTypeMemset: stats[DLT_GRAPH_STAT_MEMSET]++; break;
+        case cudaGraphNodeTypeWaitEvent:
+        case cudaGraphNodeTypeEventRecord: stats[DLT_GRAPH_STAT_EVENTS]++; break;
+        case cudaGraphNodeTypeMemAlloc:
+        case cudaGraphNodeTypeMemFree: stats[DLT_GRAPH_STAT_MEM_ALLOC]++; break;
+        default: stats[DLT_GRAPH_STAT_OTHER]++; break;
+        }
+        sorted[i].node = nodes[i], sorted[i].ix = (int64_t)i;
+    }
+    if (e != cudaSuccess) {
+        st = dlt__cuda_fail(ctx, e, F, "reading the captured graph's nodes");
+        goto done;
+    }
+    qsort(sorted, n, sizeof *sorted, node_ix_cmp);
+    for (size_t k = 0; k < ne; k++) {
+        fi[k] = node_index(sorted, (int64_t)n, from[k]);
+        ti[k] = node_index(sorted, (int64_t)n, to[k]);
+    }
+    {
+        const int rc = dlt__graph_depth((int64_t)n, (int64_t)ne, fi, ti, &stats[DLT_GRAPH_STAT_DEPTH]);
+        if (rc == DLT_DEPTH_NO_MEMORY)
+            st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the graph analysis (%zu nodes)", n);
+        else if (rc != DLT_DEPTH_OK) /* the driver's own graph: informational, not fatal */
+            stats[DLT_GRAPH_STAT_DEPTH] = -1;
+    }
+done:
+    free(nodes), free(from), free(to), free(sorted), free(fi), free(ti);
+    return st;
+}
+
+dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *stats) {
     static const char *F = "dlt_graph_create";
     dlt_cuda_state *s = dlt__cu(ctx);
     graph_arena *arena = s->gmem ? s->gmem->filling : NULL;
@@ -265,18 +350,14 @@ dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t 
     }
     cudaGraphExec_t g = NULL;
     graph_exec *ge = NULL;
-    size_t n = 0;
     dlt_status st = DLT_OK;
     if (!ok || e != cudaSuccess) {
         (void)cudaGetLastError();
         st = e != cudaSuccess ? dlt__cuda_fail(ctx, e, F, "cudaStreamEndCapture") : DLT_ERR_INVALID_STATE;
         goto fail;
     }
-    e = cudaGraphGetNodes(graph, NULL, &n);
-    if (e != cudaSuccess) {
-        st = dlt__cuda_fail(ctx, e, F, "cudaGraphGetNodes");
-        goto fail;
-    }
+    st = graph_stats(ctx, graph, stats);
+    if (st != DLT_OK) goto fail;
     ge = calloc(1, sizeof *ge);
     if (!ge) {
         st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the graph object");
@@ -304,7 +385,6 @@ dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t 
     ge->arena = arena;
     ge->orphans = orphans;
     *exec = ge;
-    *n_nodes = (int64_t)n;
     sweep(ctx);
     return DLT_OK;
 fail:

@@ -26,6 +26,7 @@
 #include <dltrain.h>
 
 #include "cli.h"
+#include "graph_stats.h"
 #include "run_record.h"
 
 typedef struct bench_cfg {
@@ -93,6 +94,7 @@ typedef struct result {
     double ms, first_s, peak_mib, loss;
     uint64_t peak_bytes;
     int64_t nodes, params;
+    graph_stats gs;
     int captured;
     dlt_status status;
     char err[256];
@@ -155,6 +157,7 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
         RUN(dlt_graph_create(ctx, train_step, &s, 2, &g));
         r->captured = dlt_graph_is_captured(g);
         r->nodes = dlt_graph_num_nodes(g);
+        graph_stats_read(g, &r->gs);
         RUN(dlt_graph_run(g));
     }
     if (getenv("DLT_BENCH_PROFILE")) { /* one step marked for Nsight: ncu --nvtx-include "profile_step/" */
@@ -215,7 +218,7 @@ static void bench_config_record(const run_record *rec, cJSON *o, const bench_cfg
     if (ok) rr_int(o, "peak_memory_bytes", (int64_t)r->peak_bytes);
     else rr_num(o, "peak_memory_bytes", NAN);
     rr_sec(o, "first_step_s", ok ? r->first_s : NAN);
-    rr_int(o, "graph_nodes", r->nodes);
+    graph_stats_record(o, &r->gs);
     rr_num(o, "loss", ok ? r->loss : NAN);
     rr_sec(o, "t_start_s", run_record_time(rec, t0));
     rr_sec(o, "t_end_s", run_record_time(rec, t1));
@@ -293,6 +296,7 @@ int main(int argc, char **argv) {
     printf("|-------|-------------|--------|-------|----------|-----------|---------------|----------|"
            "--------------|--------|----------|\n");
     int failed = 0;
+    static graph_stats_lines glines;
     for (int ib = 0; ib < nb; ib++)
         for (int ia = 0; ia < na; ia++)
             for (int f = 0; f < nf; f++)
@@ -321,7 +325,11 @@ int main(int argc, char **argv) {
                            50000.0 / c.batch * r.ms / 1000.0, r.peak_mib, r.first_s, (long long)r.nodes,
                            r.loss);
                     fflush(stdout);
+                    char label[96];
+                    snprintf(label, sizeof label, "batch %lld, %s, %s", (long long)c.batch, prec, lay);
+                    graph_stats_keep(&glines, label, &r.gs);
                 }
+    graph_stats_print(&glines);
     if (rec) {
         if (mon && dlt_gpu_monitor_stop(mon) != DLT_OK) fprintf(stderr, "bench: %s\n", dlt_last_error());
         cJSON *dev = run_record_add_device(rec, device, 0);

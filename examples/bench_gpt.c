@@ -29,6 +29,7 @@
 
 #include "cli.h"
 #include "gpt_step.h"
+#include "graph_stats.h"
 #include "run_record.h"
 
 #define PROG "bench_gpt"
@@ -47,6 +48,7 @@ typedef struct result {
     double ms, first_s, loss, flops_per_step;
     uint64_t peak;
     int64_t nodes, params;
+    graph_stats gs;
     int captured;
     dlt_status status;
     char err[256];
@@ -95,6 +97,7 @@ static void run_cfg(int32_t device, const dlt_gpt_config *gc, int64_t T, const c
         RUN(dlt_graph_create(s.ctx, gpt_train_step, &s, 2, &g));
         r->captured = dlt_graph_is_captured(g);
         r->nodes = dlt_graph_num_nodes(g);
+        graph_stats_read(g, &r->gs);
         RUN(dlt_graph_run(g));
     }
     if (getenv("DLT_BENCH_PROFILE")) { /* one step marked for Nsight: ncu --nvtx-include "profile_step/" */
@@ -234,6 +237,7 @@ int main(int argc, char **argv) {
            "--------------|--------|---------|\n");
     int failed = 0;
     int64_t params = -1;
+    static graph_stats_lines glines;
     for (int ib = 0; ib < batches.n; ib++)
         for (int ia = 0; ia < amps.n; ia++)
             for (int im = 0; im < modes.n; im++) {
@@ -272,7 +276,7 @@ int main(int argc, char **argv) {
                     if (ok) rr_int(o, "peak_memory_bytes", (int64_t)r.peak);
                     else rr_num(o, "peak_memory_bytes", NAN);
                     rr_sec(o, "first_step_s", ok ? r.first_s : NAN);
-                    rr_int(o, "graph_nodes", r.nodes);
+                    graph_stats_record(o, &r.gs);
                     rr_num(o, "loss", ok ? r.loss : NAN);
                     rr_sec(o, "t_start_s", run_record_time(rec, t_cfg));
                     rr_sec(o, "t_end_s", run_record_time(rec, run_record_mono_now()));
@@ -287,7 +291,11 @@ int main(int argc, char **argv) {
                        (long long)c.batch, (long long)T, prec, mode, r.ms, c.batch * T * 1000.0 / r.ms, m1, m2,
                        r.peak / 1048576.0, r.first_s, (long long)r.nodes, r.loss);
                 fflush(stdout);
+                char label[96];
+                snprintf(label, sizeof label, "batch %lld x %lld, %s", (long long)c.batch, (long long)T, prec);
+                graph_stats_keep(&glines, label, &r.gs);
             }
+    graph_stats_print(&glines);
     if (rec) {
         if (mon && dlt_gpu_monitor_stop(mon) != DLT_OK) fprintf(stderr, "bench_gpt: %s\n", dlt_last_error());
         cJSON *dev = run_record_add_device(rec, device, 0);

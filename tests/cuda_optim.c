@@ -541,7 +541,23 @@ static void capture_whole_step(int arena) {
     dlt_graph *graph = NULL;
     CHECK_OK(graph_create_logged(cu, net_step, &g, &graph));
     REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_logs);
-    printf("# captured step: %lld graph nodes\n", (long long)dlt_graph_num_nodes(graph));
+    {
+        /* dlt_graph_stat: the kinds add up to the nodes; one stream's capture is one chain */
+        int64_t v[DLT_GRAPH_STAT_COUNT], kinds = 0;
+        for (int32_t k = 0; k < DLT_GRAPH_STAT_COUNT; k++) v[k] = dlt_graph_stat(graph, k);
+        for (int32_t k = DLT_GRAPH_STAT_KERNELS; k <= DLT_GRAPH_STAT_OTHER; k++) kinds += v[k];
+        printf("# captured step: %lld graph nodes (%lld kernels, %lld memset, %lld memcpy, %lld other), %lld edges, "
+               "longest chain %lld\n",
+               (long long)v[DLT_GRAPH_STAT_NODES], (long long)v[DLT_GRAPH_STAT_KERNELS],
+               (long long)v[DLT_GRAPH_STAT_MEMSET], (long long)v[DLT_GRAPH_STAT_MEMCPY],
+               (long long)v[DLT_GRAPH_STAT_OTHER], (long long)v[DLT_GRAPH_STAT_EDGES], (long long)v[DLT_GRAPH_STAT_DEPTH]);
+        CHECK(v[DLT_GRAPH_STAT_NODES] == dlt_graph_num_nodes(graph) && v[DLT_GRAPH_STAT_NODES] > 0 &&
+                  kinds == v[DLT_GRAPH_STAT_NODES] && v[DLT_GRAPH_STAT_KERNELS] > 0,
+              "node kinds %lld of %lld nodes", (long long)kinds, (long long)v[DLT_GRAPH_STAT_NODES]);
+        CHECK(v[DLT_GRAPH_STAT_DEPTH] == v[DLT_GRAPH_STAT_NODES] && v[DLT_GRAPH_STAT_EDGES] >= v[DLT_GRAPH_STAT_NODES] - 1,
+              "a single-stream capture is one chain: depth %lld, edges %lld, nodes %lld",
+              (long long)v[DLT_GRAPH_STAT_DEPTH], (long long)v[DLT_GRAPH_STAT_EDGES], (long long)v[DLT_GRAPH_STAT_NODES]);
+    }
     for (int i = 0; i < 2; i++) CHECK_OK(net_step(&e)); /* the eager twin's warm-up */
     for (int r = 0; r < 5; r++) {
         CHECK_OK(dlt_graph_run(graph));

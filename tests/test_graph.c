@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../lib/core/internal.h" /* white-box: the backend table */
+#include "../lib/core/graph_depth.h"
 #include "harness.h"
 
 enum { N = 1000, NX = 300, MAXREC = 16 };
@@ -55,11 +56,13 @@ static dlt_status fake_capture_begin(dlt_ctx *ctx) {
     g_nrec = 0;
     return DLT_OK;
 }
-static dlt_status fake_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes) {
+static dlt_status fake_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *stats) {
     (void)ctx;
     g_recording = 0;
     *exec = ok ? (void *)g_rec : NULL;
-    *n_nodes = ok ? g_nrec : 0;
+    /* a chain of kernels, as one stream records them */
+    stats[DLT_GRAPH_STAT_NODES] = stats[DLT_GRAPH_STAT_KERNELS] = stats[DLT_GRAPH_STAT_DEPTH] = ok ? g_nrec : 0;
+    stats[DLT_GRAPH_STAT_EDGES] = ok && g_nrec > 0 ? g_nrec - 1 : 0;
     return ok ? DLT_OK : DLT_ERR_INVALID_STATE;
 }
 static dlt_status fake_graph_launch(dlt_ctx *ctx, void *exec) {
@@ -166,6 +169,14 @@ static void test_replays_and_eager_calls_share_one_counter(void) {
     CHECK(dlt_graph_is_captured(g) == 1, "the recording backend captured the step");
     CHECK(dlt_graph_num_nodes(g) == 2, "%lld nodes: dropout and the generator's advance",
           (long long)dlt_graph_num_nodes(g));
+    CHECK(dlt_graph_stat(g, DLT_GRAPH_STAT_KERNELS) == 2 && dlt_graph_stat(g, DLT_GRAPH_STAT_EDGES) == 1 &&
+              dlt_graph_stat(g, DLT_GRAPH_STAT_DEPTH) == 2 && dlt_graph_stat(g, DLT_GRAPH_STAT_MEMSET) == 0,
+          "the backend's counts pass through: kernels %lld, edges %lld, depth %lld",
+          (long long)dlt_graph_stat(g, DLT_GRAPH_STAT_KERNELS), (long long)dlt_graph_stat(g, DLT_GRAPH_STAT_EDGES),
+          (long long)dlt_graph_stat(g, DLT_GRAPH_STAT_DEPTH));
+    CHECK(dlt_graph_stat(g, -1) == -1 && dlt_graph_stat(g, DLT_GRAPH_STAT_COUNT) == -1 &&
+              dlt_graph_stat(NULL, DLT_GRAPH_STAT_NODES) == 0,
+          "kinds out of range give -1, a NULL graph 0");
     read_mask(sb.y, got[0], N); /* warm-up's y was released by the captured call: read it below */
     CHECK_OK(dlt_ctx_get_rng_state(b, NULL, &got_off[0]));
     CHECK(got_off[0] == ref_off[0], "the capture draws nothing: offset %llu after it, %llu after one step",
@@ -224,7 +235,37 @@ static void test_random_fill_is_not_captured(void) {
     dlt_ctx_destroy(b);
 }
 
+/* dlt__graph_depth (lib/core/graph_depth.c, compiled into this test), what
+ * DLT_GRAPH_STAT_DEPTH reports for a CUDA graph: the longest chain */
+static void test_graph_depth(void) {
+    int64_t d = -1;
+    const int64_t chain_f[4] = {0, 1, 2, 3}, chain_t[4] = {1, 2, 3, 4};
+    CHECK(dlt__graph_depth(5, 4, chain_f, chain_t, &d) == DLT_DEPTH_OK, "depth analysis failed");
+    CHECK(d == 5, "a chain of 5: depth %lld", (long long)d);
+    /* diamond 0 -> {1, 2} -> 3, and a branch 0 -> 4 */
+    const int64_t dia_f[5] = {0, 0, 1, 2, 0}, dia_t[5] = {1, 2, 3, 3, 4};
+    CHECK(dlt__graph_depth(5, 5, dia_f, dia_t, &d) == DLT_DEPTH_OK, "depth analysis failed");
+    CHECK(d == 3, "diamond with a side branch: depth %lld", (long long)d);
+    /* two independent chains (3 and 2 nodes), edges listed out of order */
+    const int64_t two_f[3] = {3, 1, 0}, two_t[3] = {4, 2, 1};
+    CHECK(dlt__graph_depth(5, 3, two_f, two_t, &d) == DLT_DEPTH_OK, "depth analysis failed");
+    CHECK(d == 3, "two chains of 3 and 2: depth %lld", (long long)d);
+    /* a long way round beats the short edge: 0->1->2->3 and 0->3 */
+    const int64_t sk_f[4] = {0, 0, 1, 2}, sk_t[4] = {3, 1, 2, 3};
+    CHECK(dlt__graph_depth(4, 4, sk_f, sk_t, &d) == DLT_DEPTH_OK, "depth analysis failed");
+    CHECK(d == 4, "a shortcut edge does not shorten the chain: depth %lld", (long long)d);
+    CHECK(dlt__graph_depth(4, 0, NULL, NULL, &d) == DLT_DEPTH_OK, "depth analysis failed");
+    CHECK(d == 1, "4 independent nodes: depth %lld", (long long)d);
+    CHECK(dlt__graph_depth(0, 0, NULL, NULL, &d) == DLT_DEPTH_OK, "depth analysis failed");
+    CHECK(d == 0, "no nodes: depth %lld", (long long)d);
+    const int64_t cyc_f[3] = {0, 1, 2}, cyc_t[3] = {1, 2, 0};
+    CHECK(dlt__graph_depth(3, 3, cyc_f, cyc_t, &d) == DLT_DEPTH_CYCLE, "a cycle is reported");
+    const int64_t bad_f[1] = {0}, bad_t[1] = {7};
+    CHECK(dlt__graph_depth(3, 1, bad_f, bad_t, &d) == DLT_DEPTH_BAD_EDGE, "an edge to node 7 of 3 is reported");
+}
+
 int main(void) {
+    RUN(test_graph_depth);
     RUN(test_replays_and_eager_calls_share_one_counter);
     RUN(test_random_fill_is_not_captured);
     return th_done();

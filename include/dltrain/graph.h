@@ -48,6 +48,24 @@ DLT_API DLT_NODISCARD dlt_status dlt_graph_run(dlt_graph *g);
 DLT_API int32_t dlt_graph_is_captured(const dlt_graph *g);
 /** Number of kernel and memory nodes in the captured graph (0 in fallback). */
 DLT_API int64_t dlt_graph_num_nodes(const dlt_graph *g);
+
+/** What dlt_graph_stat counts in the captured graph. */
+typedef enum dlt_graph_stat_kind {
+    DLT_GRAPH_STAT_NODES = 0,  /**< all nodes (dlt_graph_num_nodes) */
+    DLT_GRAPH_STAT_KERNELS,    /**< kernel launches */
+    DLT_GRAPH_STAT_MEMCPY,     /**< memory copies */
+    DLT_GRAPH_STAT_MEMSET,     /**< memory sets */
+    DLT_GRAPH_STAT_EVENTS,     /**< event records and waits */
+    DLT_GRAPH_STAT_MEM_ALLOC,  /**< allocation and free nodes (stream-ordered memory) */
+    DLT_GRAPH_STAT_OTHER,      /**< host, empty, child-graph and other nodes */
+    DLT_GRAPH_STAT_EDGES,      /**< dependencies between nodes */
+    DLT_GRAPH_STAT_DEPTH,      /**< nodes on the longest dependency chain: equal to NODES when
+                                *   the step is one serial chain, smaller with parallel branches */
+    DLT_GRAPH_STAT_COUNT
+} dlt_graph_stat_kind;
+/** One count of the captured graph (dlt_graph_stat_kind); 0 in eager fallback or for NULL,
+ *  -1 for a kind out of range. */
+DLT_API int64_t dlt_graph_stat(const dlt_graph *g, int32_t kind);
 /** Waits for a replay in flight, then frees the graph. NULL is a no-op. */
 DLT_API void dlt_graph_destroy(dlt_graph *g);
 

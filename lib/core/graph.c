@@ -14,6 +14,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -22,7 +23,7 @@ struct dlt_graph {
     dlt_step_fn step;
     void *user;
     void *exec; /* backend executable graph, NULL in eager fallback */
-    int64_t n_nodes;
+    int64_t stats[DLT_GRAPH_STAT_COUNT];
     /* the generator counters the capture reserved: [rng0, rng0 + rng_delta) */
     uint64_t rng0, rng_delta;
 };
@@ -90,7 +91,7 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
     g->rng_delta = ctx->rng_base ? rng_delta : 0;
     char reason[512];
     snprintf(reason, sizeof reason, "%s", step_st == DLT_OK ? "" : dlt_last_error());
-    st = ctx->be->capture_end(ctx, step_st == DLT_OK, &g->exec, &g->n_nodes);
+    st = ctx->be->capture_end(ctx, step_st == DLT_OK, &g->exec, g->stats);
     if (step_st == DLT_OK && st == DLT_OK) {
         *out = g;
         return DLT_OK;
@@ -98,7 +99,7 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
     /* The captured call did not run: the step's work for that call is lost, which is the
      * same as not having called it. Fall back to eager replays. */
     g->exec = NULL;
-    g->n_nodes = 0;
+    memset(g->stats, 0, sizeof g->stats);
     dlt__log(DLT_LOG_WARNING, "%s: capture failed (%s); the step runs eagerly", F,
              step_st != DLT_OK ? reason : dlt_last_error());
     if (ctx->poisoned != DLT_OK) {
@@ -136,7 +137,12 @@ dlt_status dlt_graph_run(dlt_graph *g) {
 }
 
 int32_t dlt_graph_is_captured(const dlt_graph *g) { return g && g->exec ? 1 : 0; }
-int64_t dlt_graph_num_nodes(const dlt_graph *g) { return g ? g->n_nodes : 0; }
+int64_t dlt_graph_num_nodes(const dlt_graph *g) { return g && g->exec ? g->stats[DLT_GRAPH_STAT_NODES] : 0; }
+
+int64_t dlt_graph_stat(const dlt_graph *g, int32_t kind) {
+    if (kind < 0 || kind >= DLT_GRAPH_STAT_COUNT) return -1;
+    return g && g->exec ? g->stats[kind] : 0;
+}
 
 void dlt_graph_destroy(dlt_graph *g) {
     if (!g) return;

@@ -252,8 +252,9 @@ struct dlt_backend {
      * to size the memory the capture will place them in */
     void (*capture_trace)(dlt_ctx *ctx, int32_t on);
     dlt_status (*capture_begin)(dlt_ctx *ctx);
-    /* ends capture; ok = 0 discards it. On success *exec is an executable graph. */
-    dlt_status (*capture_end)(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *n_nodes);
+    /* ends capture; ok = 0 discards it. On success *exec is an executable graph and stats
+     * (DLT_GRAPH_STAT_COUNT entries, dlt_graph_stat_kind) its node counts */
+    dlt_status (*capture_end)(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *stats);
     dlt_status (*graph_launch)(dlt_ctx *ctx, void *exec);
     void (*graph_free)(dlt_ctx *ctx, void *exec);
 

@@ -398,6 +398,7 @@ _SIGNATURES = {
     "dlt_graph_run": (STATUS, [PTR]),
     "dlt_graph_is_captured": (I32, [PTR]),
     "dlt_graph_num_nodes": (I64, [PTR]),
+    "dlt_graph_stat": (I64, [PTR, I32]),
     "dlt_graph_destroy": (None, [PTR]),
     # ---- device.h
     "dlt_device_arch_cores": (STATUS, [I32, I32, P(I32), P(I32)]),

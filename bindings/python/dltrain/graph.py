@@ -84,3 +84,10 @@ class Graph(Handle):
     @property
     def num_nodes(self):
         return int(lib.dlt_graph_num_nodes(self.handle))
+
+    _STATS = ("nodes", "kernels", "memcpy", "memset", "events", "mem_alloc", "other", "edges", "depth")
+
+    def stats(self):
+        """The captured graph's node counts by kind, its edges and longest dependency chain
+        (dlt_graph_stat; all 0 in eager fallback): {"nodes": ..., "kernels": ..., ...}."""
+        return {k: int(lib.dlt_graph_stat(self.handle, i)) for i, k in enumerate(self._STATS)}

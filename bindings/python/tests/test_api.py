@@ -350,6 +350,8 @@ def test_graph_runs_the_step_and_propagates_exceptions():
         calls = []
         g = dltrain.Graph(lambda: calls.append(1), warmup=2, ctx=ctx)
         assert not g.is_captured and g.num_nodes == 0  # CPU: eager fallback
+        assert g.stats() == {k: 0 for k in ("nodes", "kernels", "memcpy", "memset", "events", "mem_alloc",
+                                            "other", "edges", "depth")}
         n0 = len(calls)
         assert n0 >= 2
         g.run()

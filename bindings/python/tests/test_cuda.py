@@ -93,6 +93,8 @@ def test_cuda_graph_replays_a_training_step():
     g = dltrain.Graph(step, warmup=3, ctx=ctx)
     assert g.is_captured, "the step was not captured (see the log callback's warning)"
     assert g.num_nodes > 0
+    st = g.stats()
+    assert st["nodes"] == g.num_nodes and st["kernels"] > 0 and 0 < st["depth"] <= st["nodes"], st
     before = w2.tolist()
     steps0 = opt.step_count
     for _ in range(5):
