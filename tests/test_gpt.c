@@ -411,6 +411,74 @@ static void test_tied_weight_grad_under_autocast(void) {
     }
 }
 
+/* The fused c_fc + GELU node (linear_gelu, lib/ops/linear.c) on the CPU: a backend table
+ * whose linear_fwd_gelu does what the two modules do (the GEMM into h, then the GELU), so
+ * the node, its saved tensors and its backward run here and must give the unfused model's
+ * loss and gradients bit for bit (under bf16 autocast, where the MLP takes it). */
+static const dlt_backend *g_plain;
+static dlt_status fake_linear_fwd_gelu(dlt_ctx *ctx, dlt_tensor *g, dlt_tensor *h, const dlt_tensor *x,
+                                       const dlt_tensor *w, const dlt_tensor *b, int *served) {
+    dlt_status st = g_plain->linear_fwd(ctx, h, x, w, b);
+    if (st == DLT_OK) st = g_plain->unary(ctx, g, h, DLT_UN_GELU_TANH, 0.0);
+    *served = st == DLT_OK;
+    return st;
+}
+
+static void test_fused_mlp_node_matches_modules(void) {
+    dlt_ctx *ctx[2] = {NULL, NULL};
+    static dlt_backend fake;
+    dlt_gpt_config c = tiny_config(1);
+    dlt_module *m[2] = {NULL, NULL};
+    double loss[2] = {0, 0};
+    int fused = 0;
+    for (int k = 0; k < 2; k++) {
+        REQUIRE(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx[k]) == DLT_OK);
+        if (k == 1) {
+            g_plain = ctx[k]->be;
+            fake = *g_plain;
+            fake.linear_fwd_gelu = fake_linear_fwd_gelu;
+            ctx[k]->be = &fake;
+        }
+        CHECK_OK(dlt_ctx_set_seed(ctx[k], 9));
+        CHECK_OK(dlt_gpt_create(ctx[k], &c, &m[k]));
+        const int64_t s[2] = {4, 8}; /* tiny_config's block size is 8 */
+        int64_t tok[32];
+        for (int i = 0; i < 32; i++) tok[i] = (i * 5 + 1) % c.vocab_size;
+        dlt_tensor *idx = NULL, *l = NULL;
+        CHECK_OK(dlt_tensor_from_host(ctx[k], DLT_I64, s, 2, 0, tok, sizeof tok, &idx));
+        CHECK_OK(dlt_autocast_begin(ctx[k], DLT_BF16));
+        CHECK_OK(dlt_gpt_forward(m[k], idx, idx, NULL, &l));
+        CHECK_OK(dlt_autocast_end(ctx[k]));
+        for (int64_t i = 0; k == 1 && i < ctx[k]->tape.n; i++)
+            fused += ctx[k]->tape.slots[i] && !strcmp(ctx[k]->tape.slots[i]->name, "linear_gelu");
+        CHECK_OK(dlt_backward(l, NULL));
+        CHECK_OK(dlt_tensor_item(l, &loss[k]));
+        dlt_tensor_release(l), dlt_tensor_release(idx);
+    }
+    CHECK(fused == c.n_layer, "%d linear_gelu nodes for %d blocks", fused, c.n_layer);
+    CHECK(loss[0] == loss[1], "loss: modules %.9g, fused node %.9g", loss[0], loss[1]);
+    int differ = 0, compared = 0;
+    for (int32_t i = 0; i < dlt_module_num_state(m[0]); i++) {
+        const char *name;
+        dlt_tensor *a = NULL, *b = NULL;
+        CHECK_OK(dlt_module_state_entry(m[0], i, &name, &a, NULL));
+        CHECK_OK(dlt_module_state_entry(m[1], i, NULL, &b, NULL));
+        const dlt_tensor *ga = dlt_tensor_grad(a), *gb = dlt_tensor_grad(b);
+        if (!ga) continue;
+        REQUIRE(gb, "%s: no gradient through the fused node", name);
+        float *fa = th_read_f32(ga), *fb = th_read_f32(gb);
+        const int same = memcmp(fa, fb, (size_t)dlt_tensor_numel(ga) * sizeof(float)) == 0;
+        CHECK(same, "%s: gradient differs between the modules and the fused node", name);
+        differ += !same, compared++;
+        free(fa), free(fb);
+    }
+    CHECK(compared > 10 && differ == 0, "%d of %d gradients differ", differ, compared);
+    for (int k = 0; k < 2; k++) {
+        dlt_module_destroy(m[k]);
+        dlt_ctx_destroy(ctx[k]);
+    }
+}
+
 static void test_errors(void) {
     dlt_gpt_config c = tiny_config(0);
     dlt_module *m = NULL;
@@ -449,6 +517,7 @@ int main(void) {
     RUN(test_mlp_keeps_gelu_input);
     RUN(test_generate);
     RUN(test_tied_weight_grad_under_autocast);
+    RUN(test_fused_mlp_node_matches_modules);
     RUN(test_errors);
     dlt_ctx_destroy(g_ctx);
     return th_done();
