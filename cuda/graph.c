@@ -268,28 +268,25 @@ static int64_t node_index(const node_ix *sorted, int64_t n, cudaGraphNode_t node
     return hit ? hit->ix : -1;
 }
 
-/* Node counts by kind, edges and the longest chain of the captured graph (dlt_graph_stat). */
-static dlt_status graph_stats(dlt_ctx *ctx, cudaGraph_t graph, int64_t *stats) {
-    static const char *F = "dlt_graph_create";
-    memset(stats, 0, DLT_GRAPH_STAT_COUNT * sizeof *stats);
-    size_t n = 0, ne = 0;
-    DLT_CU(ctx, cudaGraphGetNodes(graph, NULL, &n), F);
+/* The details of graph_stats: node kinds, edges, longest chain. 0 or why not (a CUDA error,
+ * memory); the caller keeps the node count either way. */
+static const char *graph_details(cudaGraph_t graph, size_t n, int64_t *stats) {
+    size_t ne = 0;
+    cudaError_t e;
 #if CUDART_VERSION >= 13000
-    DLT_CU(ctx, cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne), F);
+    e = cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne);
 #else
-    DLT_CU(ctx, cudaGraphGetEdges(graph, NULL, NULL, &ne), F);
+    e = cudaGraphGetEdges(graph, NULL, NULL, &ne);
 #endif
-    stats[DLT_GRAPH_STAT_NODES] = (int64_t)n;
+    if (e != cudaSuccess) return cudaGetErrorString(e);
     stats[DLT_GRAPH_STAT_EDGES] = (int64_t)ne;
-    if (n == 0) return DLT_OK;
     cudaGraphNode_t *nodes = malloc(n * sizeof *nodes), *from = malloc((ne ? ne : 1) * sizeof *from),
                     *to = malloc((ne ? ne : 1) * sizeof *to);
     node_ix *sorted = malloc(n * sizeof *sorted);
     int64_t *fi = malloc((ne ? ne : 1) * sizeof *fi), *ti = malloc((ne ? ne : 1) * sizeof *ti);
-    dlt_status st = DLT_OK;
-    cudaError_t e = cudaSuccess;
+    const char *why = NULL;
     if (!nodes || !from || !to || !sorted || !fi || !ti) {
-        st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the graph's node list (%zu nodes)", n);
+        why = "out of host memory";
         goto done;
     }
     e = cudaGraphGetNodes(graph, nodes, &n);
@@ -315,7 +312,7 @@ static dlt_status graph_stats(dlt_ctx *ctx, cudaGraph_t graph, int64_t *stats) {
         sorted[i].node = nodes[i], sorted[i].ix = (int64_t)i;
     }
     if (e != cudaSuccess) {
-        st = dlt__cuda_fail(ctx, e, F, "reading the captured graph's nodes");
+        why = cudaGetErrorString(e);
         goto done;
     }
     qsort(sorted, n, sizeof *sorted, node_ix_cmp);
@@ -323,16 +320,33 @@ static dlt_status graph_stats(dlt_ctx *ctx, cudaGraph_t graph, int64_t *stats) {
         fi[k] = node_index(sorted, (int64_t)n, from[k]);
         ti[k] = node_index(sorted, (int64_t)n, to[k]);
     }
-    {
-        const int rc = dlt__graph_depth((int64_t)n, (int64_t)ne, fi, ti, &stats[DLT_GRAPH_STAT_DEPTH]);
-        if (rc == DLT_DEPTH_NO_MEMORY)
-            st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the graph analysis (%zu nodes)", n);
-        else if (rc != DLT_DEPTH_OK) /* the driver's own graph: informational, not fatal */
-            stats[DLT_GRAPH_STAT_DEPTH] = -1;
+    switch (dlt__graph_depth((int64_t)n, (int64_t)ne, fi, ti, &stats[DLT_GRAPH_STAT_DEPTH])) {
+    case DLT_DEPTH_OK: break;
+    case DLT_DEPTH_NO_MEMORY: why = "out of host memory"; break;
+    default: why = "the edges do not form a DAG of the nodes"; break;
     }
 done:
     free(nodes), free(from), free(to), free(sorted), free(fi), free(ti);
-    return st;
+    return why;
+}
+
+/* Node counts by kind, edges and the longest chain of the captured graph (dlt_graph_stat).
+ * Only the node count is required (as before the other counts existed): a failure reading
+ * the rest is logged and leaves them 0 (depth -1), so a replayable graph is never lost. */
+static dlt_status graph_stats(dlt_ctx *ctx, cudaGraph_t graph, int64_t *stats) {
+    memset(stats, 0, DLT_GRAPH_STAT_COUNT * sizeof *stats);
+    size_t n = 0;
+    DLT_CU(ctx, cudaGraphGetNodes(graph, NULL, &n), "dlt_graph_create");
+    stats[DLT_GRAPH_STAT_NODES] = (int64_t)n;
+    if (n == 0) return DLT_OK;
+    const char *why = graph_details(graph, n, stats);
+    if (why) {
+        (void)cudaGetLastError(); /* a failed query is handled here */
+        for (int k = DLT_GRAPH_STAT_KERNELS; k < DLT_GRAPH_STAT_COUNT; k++) stats[k] = 0;
+        stats[DLT_GRAPH_STAT_DEPTH] = -1;
+        dlt__log(DLT_LOG_INFO, "dlt: the captured graph's node kinds and edges are not reported (%s)", why);
+    }
+    return DLT_OK;
 }
 
 dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *stats) {

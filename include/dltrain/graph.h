@@ -64,7 +64,8 @@ typedef enum dlt_graph_stat_kind {
     DLT_GRAPH_STAT_COUNT
 } dlt_graph_stat_kind;
 /** One count of the captured graph (dlt_graph_stat_kind); 0 in eager fallback or for NULL,
- *  -1 for a kind out of range. */
+ *  -1 for a kind out of range. Only NODES is guaranteed: where the driver's graph cannot be
+ *  read further, the other counts are 0 and DEPTH is -1 (the log says why). */
 DLT_API int64_t dlt_graph_stat(const dlt_graph *g, int32_t kind);
 /** Waits for a replay in flight, then frees the graph. NULL is a no-op. */
 DLT_API void dlt_graph_destroy(dlt_graph *g);
