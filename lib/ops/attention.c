@@ -19,6 +19,27 @@
 #include "../kernel/philox.h"
 #include "ops_internal.h"
 
+/* p for one call: the checks on dropout_p and scale, scale 0 -> 1/sqrt(D), and the
+ * dropout's Philox offsets (both front doors draw the same (b, h, i, j) numbering) */
+static dlt_status sdpa_params(dlt_ctx *ctx, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D,
+                              int32_t is_causal, double dropout_p, double scale, const char *F,
+                              dlt_sdpa_params *p) {
+    if (!(dropout_p >= 0.0 && dropout_p <= 1.0))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "dropout_p %g is not in [0, 1]", dropout_p);
+    if (!(scale >= 0.0) || isinf(scale))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "scale %g must be finite and >= 0 (0: 1/sqrt(D))", scale);
+    DLT_NEED_KERNEL(ctx, sdpa_fwd, F);
+    memset(p, 0, sizeof *p);
+    p->B = B, p->H = H, p->T = T, p->S = S, p->D = D, p->causal = is_causal != 0, p->dropout_p = dropout_p;
+    p->scale = scale > 0.0 ? scale : (D > 0 ? 1.0 / sqrt((double)D) : 1.0);
+    if (dropout_p > 0.0) {
+        DLT_CHECK(dlt__rng_base_ready(ctx, F));
+        p->seed = ctx->seed;
+        p->offset = dlt__rng_reserve_based(ctx, dlt__philox_blocks((uint64_t)(B * H * T * S)));
+    }
+    return DLT_OK;
+}
+
 static dlt_status sdpa_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(scaled_dot_product_attention)";
     dlt_ctx *ctx = nd->ctx;
@@ -64,25 +85,15 @@ dlt_status dlt_scaled_dot_product_attention(dlt_tensor *q, dlt_tensor *k, dlt_te
                         "q %s, k %s, v %s: expected q [B,H,T,D] and k, v [B,H,S,D] with the same B, H, D",
                         dlt__shape_str(q, a, sizeof a), dlt__shape_str(k, b, sizeof b),
                         dlt__shape_str(v, c, sizeof c));
-    if (!(dropout_p >= 0.0 && dropout_p <= 1.0))
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "dropout_p %g is not in [0, 1]", dropout_p);
-    if (!(scale >= 0.0) || isinf(scale))
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "scale %g must be finite and >= 0 (0: 1/sqrt(D))", scale);
     dlt_ctx *ctx = q->ctx;
-    DLT_NEED_KERNEL(ctx, sdpa_fwd, F);
     const int32_t ac = dlt__autocast_dtype(ctx);
     if (ac < 0 && (k->dtype != q->dtype || v->dtype != q->dtype))
         return dlt__err(DLT_ERR_DTYPE, F, "q is %s, k %s, v %s: use one dtype, or an autocast region",
                         dlt_dtype_name(q->dtype), dlt_dtype_name(k->dtype), dlt_dtype_name(v->dtype));
     const int32_t dtype = ac >= 0 ? ac : q->dtype;
-    dlt_sdpa_params p = {.B = q->shape[0], .H = q->shape[1], .T = q->shape[2], .S = k->shape[2],
-                         .D = q->shape[3], .causal = is_causal != 0, .dropout_p = dropout_p};
-    p.scale = scale > 0.0 ? scale : (p.D > 0 ? 1.0 / sqrt((double)p.D) : 1.0);
-    if (dropout_p > 0.0) {
-        DLT_CHECK(dlt__rng_base_ready(ctx, F));
-        p.seed = ctx->seed;
-        p.offset = dlt__rng_reserve_based(ctx, dlt__philox_blocks((uint64_t)(p.B * p.H * p.T * p.S)));
-    }
+    dlt_sdpa_params p;
+    DLT_CHECK(sdpa_params(ctx, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], is_causal, dropout_p,
+                          scale, F, &p));
     dlt_tensor *in[3] = {NULL, NULL, NULL}, *src[3] = {q, k, v};
     dlt_tensor *o = NULL, *lse = NULL, *alias = NULL;
     dlt_node *node = NULL;
@@ -227,24 +238,13 @@ dlt_status dlt_scaled_dot_product_attention_qkvpacked(dlt_tensor *qkv, int64_t n
     if (n_head <= 0 || C3 % 3 != 0 || (C3 / 3) % n_head != 0)
         return dlt__err(DLT_ERR_SHAPE, F, "qkv %s with %lld heads: the last dimension must be 3 * n_head * head_dim",
                         dlt__shape_str(qkv, a, sizeof a), (long long)n_head);
-    if (!(dropout_p >= 0.0 && dropout_p <= 1.0))
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "dropout_p %g is not in [0, 1]", dropout_p);
-    if (!(scale >= 0.0) || isinf(scale))
-        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "scale %g must be finite and >= 0 (0: 1/sqrt(D))", scale);
     dlt_ctx *ctx = qkv->ctx;
-    DLT_NEED_KERNEL(ctx, sdpa_fwd, F);
     DLT_NEED_KERNEL(ctx, copy_nd, F);
     const int32_t ac = dlt__autocast_dtype(ctx);
     const int32_t dtype = ac >= 0 ? ac : qkv->dtype;
     const int64_t B = qkv->shape[0], T = qkv->shape[1], C = C3 / 3;
-    dlt_sdpa_params p = {.B = B, .H = n_head, .T = T, .S = T, .D = C / n_head, .causal = is_causal != 0,
-                         .dropout_p = dropout_p};
-    p.scale = scale > 0.0 ? scale : (p.D > 0 ? 1.0 / sqrt((double)p.D) : 1.0);
-    if (dropout_p > 0.0) { /* the unpacked op's draws: same (b, h, i, j) numbering */
-        DLT_CHECK(dlt__rng_base_ready(ctx, F));
-        p.seed = ctx->seed;
-        p.offset = dlt__rng_reserve_based(ctx, dlt__philox_blocks((uint64_t)(p.B * p.H * p.T * p.S)));
-    }
+    dlt_sdpa_params p;
+    DLT_CHECK(sdpa_params(ctx, B, n_head, T, T, C / n_head, is_causal, dropout_p, scale, F, &p));
     dlt_tensor *in = NULL, *t = NULL, *o = NULL, *lse = NULL, *alias = NULL;
     dlt_node *node = NULL;
     dlt_status st;
