@@ -218,8 +218,6 @@ __global__ void accumulate_multi_kernel(const __grid_constant__ MultiAcc m) {
     }
 }
 
-bool is_float_dtype(int32_t dt) { return dt == DLT_F32 || dt == DLT_F16 || dt == DLT_BF16; }
-
 } // namespace
 
 extern "C" {
@@ -264,7 +262,7 @@ dlt_status dlt__cuda_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *sr
     cudaStream_t st = dlt__stream(ctx);
     const void *sp = dlt__data(src);
     void *dp = dlt__data(dst);
-    if (same && is_float_dtype(src->dtype) && is_float_dtype(dst->dtype) && vec16_ok(0, 1, sp, dp)) {
+    if (same && dlt__is_float(src->dtype) && dlt__is_float(dst->dtype) && vec16_ok(0, 1, sp, dp)) {
         DLT_DISPATCH_FLOAT(src->dtype, S, DLT_DISPATCH_FLOAT(dst->dtype, D, {
             constexpr int W = 16 / (int)(sizeof(S) < sizeof(D) ? sizeof(S) : sizeof(D));
             convert_vec_kernel<S, D><<<grid_for(n / W, 256), 256, 0, st>>>((D *)dp, (const S *)sp, n);

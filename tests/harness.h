@@ -305,6 +305,27 @@ static TH_UNUSED int64_t th_compare_bits(dlt_ctx *ctx, const dlt_tensor *x, cons
     return bad;
 }
 
+/* a and b (one dtype and element count, any contexts) element by element, bit for bit: the
+ * number of differing elements (the first printed as a TAP comment), -1 when they cannot be
+ * compared. */
+static TH_UNUSED int64_t th_diff_bits(const dlt_tensor *a, const dlt_tensor *b) {
+    const int64_t n = dlt_tensor_numel(a);
+    const size_t nbytes = dlt_tensor_nbytes(a);
+    if (dlt_tensor_dtype(b) != dlt_tensor_dtype(a) || dlt_tensor_numel(b) != n) return -1;
+    char *x = malloc(nbytes ? nbytes : 1), *y = malloc(nbytes ? nbytes : 1);
+    int64_t bad = x && y && dlt_tensor_copy_to_host(a, x, nbytes) == DLT_OK &&
+                          dlt_tensor_copy_to_host(b, y, nbytes) == DLT_OK
+                      ? 0
+                      : -1;
+    const size_t es = n > 0 ? nbytes / (size_t)n : 1;
+    for (int64_t i = 0; bad >= 0 && i < n; i++)
+        if (memcmp(x + i * es, y + i * es, es) != 0 && bad++ == 0)
+            printf("# first differing element: %lld of %lld\n", (long long)i, (long long)n);
+    free(x);
+    free(y);
+    return bad;
+}
+
 /* Relative norm error ||a - b|| / ||b|| (b the reference); 0 when both are zero. */
 static TH_UNUSED double th_rel_err(const float *a, const double *ref, int64_t n) {
     double num = 0, den = 0;
