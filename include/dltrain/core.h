@@ -249,10 +249,10 @@ DLT_API DLT_NODISCARD dlt_status dlt_ctx_flash_sdp_enabled(const dlt_ctx *ctx, i
  *  f16/bf16 calls without dropout whose query and key lengths are multiples of 128 and
  *  whose head dim is a multiple of 8 up to 128, on GPUs and cuDNN versions that have an
  *  engine for the graph (sm_80 and newer), outside deterministic mode (its backward adds dQ
- *  with atomics; dlt_ctx_set_deterministic routes attention to the flash kernels). Other calls take the flash kernels
- *  (dlt_ctx_set_flash_sdp) or the reference kernels; all paths keep the same log-sum-exp,
- *  so forward and backward may mix. Stored on the context; the CPU backend ignores it.
- *  Default 1.
+ *  with atomics; dlt_ctx_set_deterministic routes attention to the flash kernels). Other
+ *  calls take the flash kernels (dlt_ctx_set_flash_sdp) or the reference kernels; all paths
+ *  keep the same log-sum-exp, so forward and backward may mix. Stored on the context; the
+ *  CPU backend ignores it. Default 1.
  *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx). */
 DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_cudnn_sdp(dlt_ctx *ctx, int32_t enabled);
 /** Reads the setting of dlt_ctx_set_cudnn_sdp into *out (0 or 1;

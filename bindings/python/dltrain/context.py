@@ -303,7 +303,8 @@ class Context(Handle):
     def enable_cudnn_sdp(self, enabled=True):
         """Lets scaled_dot_product_attention use cuDNN's fused flash attention on CUDA, tried
         before the flash kernels (f16/bf16 without dropout, query and key lengths multiples
-        of 128, head dim a multiple of 8 up to 128). On by default; the CPU ignores it."""
+        of 128, head dim a multiple of 8 up to 128; not in deterministic mode, whose attention
+        runs on the flash kernels). On by default; the CPU ignores it."""
         check(lib.dlt_ctx_set_cudnn_sdp(self.handle, 1 if enabled else 0))
 
     def cudnn_sdp_enabled(self):

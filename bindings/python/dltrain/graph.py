@@ -89,5 +89,6 @@ class Graph(Handle):
 
     def stats(self):
         """The captured graph's node counts by kind, its edges and longest dependency chain
-        (dlt_graph_stat; all 0 in eager fallback): {"nodes": ..., "kernels": ..., ...}."""
+        (dlt_graph_stat; all 0 in eager fallback; "depth" -1 and the kinds 0 where the
+        driver's graph could not be read past its node count): {"nodes": ..., ...}."""
         return {k: int(lib.dlt_graph_stat(self.handle, i)) for i, k in enumerate(self._STATS)}
