@@ -50,6 +50,9 @@ static const dlt_backend CUDA_BACKEND = {
     .capture_end = dlt__cuda_capture_end,
     .graph_launch = dlt__cuda_graph_launch,
     .graph_free = dlt__cuda_graph_free,
+    .side_fork = dlt__cuda_side_fork,
+    .side_unfork = dlt__cuda_side_unfork,
+    .side_join = dlt__cuda_side_join,
     DLT_CUDA_OPS_ENTRIES
 };
 

@@ -57,6 +57,15 @@ typedef struct dlt_cuda_state {
     /* whole-step graphs' memory: the sizing run and the arenas (graph.c); NULL until the
      * first graph */
     struct dlt_graph_mem *gmem;
+    /* the side stream (side.c): while `on`, stream/workspace above are the side's and
+     * other_* the main stream's; otherwise other_* are the side's */
+    struct {
+        cudaStream_t stream, other_stream;
+        cudaEvent_t fork_ev, done_ev;
+        void *other_ws;
+        size_t other_ws_size;
+        int on;
+    } side;
     /* flash: can the tensor-core attention kernels run here (attention_flash.cu)? 0 not yet
      * asked, 1 yes, -1 no (the code the driver picked was compiled below sm_80) */
     int flash_arch;
@@ -117,6 +126,12 @@ dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
 dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
 /* At least n zeroed ints for arrival counters; every kernel using them leaves them zero. */
 dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);
+
+/* side.c: the backend's side_* entries (lib/core/side.c); side_destroy frees the stream */
+dlt_status dlt__cuda_side_fork(dlt_ctx *ctx, int32_t *forked);
+dlt_status dlt__cuda_side_unfork(dlt_ctx *ctx);
+dlt_status dlt__cuda_side_join(dlt_ctx *ctx);
+void dlt__cuda_side_destroy(dlt_cuda_state *s);
 
 /* plan_pool.c: blocks until no plan is being built in the background (wait_plans) */
 void dlt__cuda_plans_wait(dlt_ctx *ctx);

@@ -30,6 +30,7 @@ typedef enum dlt__env_id {
     DLT__ENV_WORKSPACE_MAX,
     DLT__ENV_GRAD_QUEUE_MAX,
     DLT__ENV_GRAPH_ARENA,
+    DLT__ENV_SIDE_STREAM,
     DLT__ENV_NVML_LIBRARY,
     /* dist: read when a communicator is created (lib/dist/comm.c, cuda/nccl.c) */
     DLT__ENV_NCCL_LIBRARY,

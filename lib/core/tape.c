@@ -236,8 +236,13 @@ static int64_t pend_limit(const dlt_ctx *ctx) {
 static dlt_status pend_flush(dlt_ctx *ctx) {
     dlt_tape *tp = &ctx->tape;
     if (tp->n_pend == 0) return DLT_OK;
-    dlt_status st = ctx->be->accumulate_multi(ctx, tp->n_pend, tp->pend_dst,
-                                              (const dlt_tensor *const *)tp->pend_src, tp->pend_beta);
+    int join = 0; /* a queued gradient may come from the side stream, or go where it writes */
+    for (int32_t i = 0; i < tp->n_pend && !join; i++)
+        join = dlt__side_holds(ctx, tp->pend_src[i]) || dlt__side_wrote(ctx, tp->pend_dst[i]);
+    dlt_status st = join ? dlt__side_join(ctx) : DLT_OK;
+    if (st == DLT_OK)
+        st = ctx->be->accumulate_multi(ctx, tp->n_pend, tp->pend_dst, (const dlt_tensor *const *)tp->pend_src,
+                                       tp->pend_beta);
     for (int32_t i = 0; i < tp->n_pend; i++) {
         tp->pend_dst[i]->grad_pending = 0;
         dlt_tensor_release(tp->pend_src[i]);
@@ -333,6 +338,7 @@ static dlt_status hook_visited(dlt_ctx *ctx, dlt_node *nd) {
     for (int32_t k = 0; k < nd->n_in; k++) {
         dlt_tensor *leaf = nd->next[k].leaf;
         if (!leaf || leaf->hook_gen != tp->hook_gen || --leaf->hook_uses != 0) continue;
+        DLT_CHECK(dlt__side_join(ctx)); /* the hook's work must see the side's gradients */
         for (int32_t h = 0; h < tp->n_hooks; h++)
             if (tp->hooks[h].leaf_ready) DLT_CHECK(tp->hooks[h].leaf_ready(tp->hooks[h].user, leaf));
     }
@@ -371,7 +377,9 @@ dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g
             slot->written = 1;
             return ctx->tape.pend_bytes >= pend_limit(ctx) ? pend_flush(ctx) : DLT_OK;
         }
-        dlt_status st = be_accumulate(ctx, slot->dst, g, slot->beta);
+        dlt_status st = DLT_OK; /* g or dst may be the side stream's */
+        if (dlt__side_holds(ctx, g) || dlt__side_wrote(ctx, slot->dst)) st = dlt__side_join(ctx);
+        if (st == DLT_OK) st = be_accumulate(ctx, slot->dst, g, slot->beta);
         dlt_tensor_release(g);
         if (st == DLT_OK) slot->written = 1;
         return st;
@@ -387,6 +395,13 @@ static dlt_status accumulate_into(dlt_ctx *ctx, dlt_tensor **acc, dlt_tensor *g)
         return DLT_OK;
     }
     dlt_tensor *a = *acc;
+    if (dlt__side_holds(ctx, a) || dlt__side_holds(ctx, g)) {
+        const dlt_status jst = dlt__side_join(ctx);
+        if (jst != DLT_OK) {
+            dlt_tensor_release(g);
+            return jst;
+        }
+    }
     /* In place when nobody else can see the accumulator (not an alias of another grad). */
     if (a->refcount == 1 && a->storage->refcount == 1 && a->dtype == g->dtype &&
         a->format == g->format) {
@@ -433,6 +448,7 @@ static dlt_status deliver_to_leaf(dlt_ctx *ctx, dlt_tensor *leaf, dlt_tensor *g)
         }
     }
     dlt_status st = leaf_grad_buffer(leaf, &buf);
+    if (st == DLT_OK && dlt__side_holds(ctx, g)) st = dlt__side_join(ctx);
     if (st == DLT_OK) st = be_accumulate(ctx, buf, g, leaf->grad_defined ? 1 : 0);
     dlt_tensor_release(g);
     if (st == DLT_OK) leaf->grad_defined = 1;
@@ -447,6 +463,14 @@ static dlt_status run_node(dlt_ctx *ctx, dlt_node *nd) {
             DLT_CHECK(pend_flush(ctx));
             break;
         }
+    /* the side stream may still be writing a gradient this node reads or writes; a cast
+     * node only hands its gradient on (dlt__grad_slot_store and the queue join as needed) */
+    int join = 0;
+    for (int32_t i = 0; i < nd->n_in; i++)
+        join |= nd->next[i].leaf && nd->next[i].leaf->grad && dlt__side_wrote(ctx, nd->next[i].leaf->grad);
+    for (int32_t k = 0; k < nd->n_out && !nd->hands_on; k++)
+        join |= dlt__side_holds(ctx, nd->grad_accum[k]);
+    if (join) DLT_CHECK(dlt__side_join(ctx));
     for (int32_t i = 0; i < nd->n_in; i++) {
         dlt_edge *e = &nd->next[i];
         if (e->leaf) {
@@ -604,6 +628,8 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
     root->graph_consumed = 1;
     dlt__node_release(start);
     dlt_status fst = pend_flush(ctx);
+    if (st == DLT_OK) st = fst;
+    fst = dlt__side_join(ctx); /* also after a failure: nothing outlives the backward */
     if (st == DLT_OK) st = fst;
     /* the end hooks may flush again (DDP launches what is left): still "in backward" for
      * the queue, which is empty now */

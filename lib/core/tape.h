@@ -32,6 +32,18 @@ typedef struct dlt_tape_hook {
     dlt_status (*end)(void *user, dlt_status st);
 } dlt_tape_hook;
 
+/* Work a backward enqueued on the backend's side stream and has not joined yet
+ * (lib/core/side.c): the tensors it reads or writes are held until the join, and the leaf
+ * gradient buffers it writes are listed so nothing on the main stream touches them first. */
+#define DLT_SIDE_MAX 32
+typedef struct dlt_side {
+    int32_t outstanding;
+    int32_t n_held, n_written;
+    dlt_tensor *held[DLT_SIDE_MAX];
+    const dlt_tensor *written[DLT_SIDE_MAX];
+    int64_t forks, joins; /* counts, for tests */
+} dlt_side;
+
 /* The context's tape (struct dlt_ctx holds one). */
 typedef struct dlt_tape {
     dlt_node **slots; /* weak pointers in recording order; NULL once a node dies */
@@ -48,6 +60,7 @@ typedef struct dlt_tape {
     dlt_tape_hook hooks[DLT_TAPE_MAX_HOOKS];
     int32_t n_hooks;
     uint64_t hook_gen;
+    dlt_side side;
 } dlt_tape;
 
 /* ---------------------------------------------------------------------------------------
@@ -103,6 +116,9 @@ struct dlt_node {
     int64_t slot;   /* position in ctx->tape.slots */
     uint64_t seq;
     int32_t consumed;
+    /* the backward hands its output's gradient to dlt__grad_slot_store without reading it
+     * (casts): the side stream's work may still be writing it (lib/core/side.c) */
+    int32_t hands_on;
     uint64_t hook_gen; /* dist: reachable from the running backward's root (tape hooks) */
 };
 
@@ -129,6 +145,20 @@ dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g
 dlt_status dlt__tape_hook_add(dlt_ctx *ctx, const dlt_tape_hook *h, const char *func);
 void dlt__tape_hook_remove(dlt_ctx *ctx, void *user);
 dlt_status dlt__tape_flush(dlt_ctx *ctx);
+
+/* The side stream (lib/core/side.c). A backward that has independent work (a convolution's
+ * weight gradient beside its data gradient) asks dlt__side_begin; when *on comes back 1 it
+ * enqueues that work, which must allocate nothing, then calls dlt__side_end whatever
+ * happened, naming the tensors the work reads or writes (held until the join) and the leaf
+ * gradient buffer it writes directly (or NULL). dlt__side_join makes the main stream wait
+ * for the side's work and releases what was held; the tape calls it before anything reads
+ * what the side wrote, and when backward ends. */
+dlt_status dlt__side_begin(dlt_ctx *ctx, int32_t *on);
+dlt_status dlt__side_end(dlt_ctx *ctx, dlt_tensor *const *hold, int32_t n_hold, const dlt_tensor *written);
+dlt_status dlt__side_join(dlt_ctx *ctx);
+int dlt__side_wrote(const dlt_ctx *ctx, const dlt_tensor *buf);
+/* t shares storage with a tensor held for the side's work */
+int dlt__side_holds(const dlt_ctx *ctx, const dlt_tensor *t);
 
 #ifdef __cplusplus
 }

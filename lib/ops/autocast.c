@@ -74,6 +74,7 @@ dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func,
     if (st == DLT_OK && node) {
         convert_attr at = {x->dtype, x->format};
         DLT_SET_ATTR(node, convert_attr, at);
+        node->hands_on = 1; /* dlt__convert_backward */
     }
     if (st != DLT_OK) {
         dlt_tensor_release(alias);

@@ -14,6 +14,51 @@
  */
 #include "ops_internal.h"
 
+/* dw = corr(x, dy) into the leaf's buffer (direct) or a new tensor stored into the slot; on
+ * the side stream, beside the data gradient, where the backend has one (lib/core/side.c):
+ * everything it needs is allocated before the fork, and the slot is written after it */
+static dlt_status conv2d_backward_weight(dlt_node *n, dlt_tensor *x, dlt_tensor *dy, int overlap,
+                                         dlt_grad_slot *slot) {
+    static const char *F = "dlt_backward(conv2d)";
+    dlt_ctx *ctx = n->ctx;
+    dlt_tensor *w = n->saved[1], *dw = NULL;
+    const dlt_conv_params *p = DLT_NODE_ATTR(n, dlt_conv_params);
+    const int direct = dlt__slot_direct(slot, w);
+    if (dy->numel == 0 || x->numel == 0) {
+        if (direct) {
+            DLT_CHECK(dlt__grad_zero(ctx, slot->dst, slot->beta));
+            slot->written = 1;
+            return DLT_OK;
+        }
+        DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
+        dlt_status st = dlt__grad_zero(ctx, dw, 0);
+        if (st != DLT_OK) {
+            dlt_tensor_release(dw);
+            return st;
+        }
+        return dlt__grad_slot_store(ctx, slot, dw);
+    }
+    if (!direct) DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
+    int32_t side = 0;
+    dlt_status st = overlap ? dlt__side_begin(ctx, &side) : DLT_OK;
+    if (st == DLT_OK)
+        st = ctx->be->conv2d_bwd_filter(ctx, direct ? slot->dst : dw, x, dy, p, direct ? slot->beta : 0);
+    if (side) {
+        dlt_tensor *hold[3] = {x, dy, dw};
+        const dlt_status est = dlt__side_end(ctx, hold, 3, direct ? slot->dst : NULL);
+        if (st == DLT_OK) st = est;
+    }
+    if (st != DLT_OK) {
+        dlt_tensor_release(dw);
+        return st;
+    }
+    if (direct) {
+        slot->written = 1;
+        return DLT_OK;
+    }
+    return dlt__grad_slot_store(ctx, slot, dw);
+}
+
 static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(conv2d)";
     dlt_ctx *ctx = n->ctx;
@@ -23,6 +68,8 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     /* an empty dy (N == 0 or K == 0) makes every gradient zero; empty gradients need no
      * kernel (kernels assume numel > 0) */
     const int empty = dy->numel == 0;
+    /* the weight gradient first: on the side stream it overlaps the data gradient */
+    if (gin[1].needed) DLT_CHECK(conv2d_backward_weight(n, x, dy, gin[0].needed, &gin[1]));
     if (gin[0].needed) {
         dlt_tensor *dx = NULL;
         DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
@@ -34,25 +81,6 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
             return st;
         }
         DLT_CHECK(dlt__grad_slot_store(ctx, &gin[0], dx));
-    }
-    if (gin[1].needed) {
-        if (dlt__slot_direct(&gin[1], w)) {
-            if (empty || x->numel == 0)
-                DLT_CHECK(dlt__grad_zero(ctx, gin[1].dst, gin[1].beta));
-            else
-                DLT_CHECK(ctx->be->conv2d_bwd_filter(ctx, gin[1].dst, x, dy, &p, gin[1].beta));
-            gin[1].written = 1;
-        } else {
-            dlt_tensor *dw = NULL;
-            DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
-            st = empty || x->numel == 0 ? dlt__grad_zero(ctx, dw, 0)
-                                        : ctx->be->conv2d_bwd_filter(ctx, dw, x, dy, &p, 0);
-            if (st != DLT_OK) {
-                dlt_tensor_release(dw);
-                return st;
-            }
-            DLT_CHECK(dlt__grad_slot_store(ctx, &gin[1], dw));
-        }
     }
     if (n->n_in > 2 && gin[2].needed) {
         const int64_t k = dy->shape[1];

@@ -176,6 +176,7 @@ dlt_status dlt__convert_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_
     if (g->dtype == dtype && g->format == format) return dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(g));
     /* A leaf destination converts while accumulating: no intermediate tensor. */
     if (gin[0].dst && gin[0].dst->format == g->format) return dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(g));
+    if (dlt__side_holds(ctx, g)) DLT_CHECK(dlt__side_join(ctx)); /* run_node left it to us */
     dlt_tensor *dx = NULL;
     DLT_CHECK(dlt__tensor_new(ctx, dtype, g->shape, g->ndim, format, "dlt_backward(cast)", &dx));
     dlt_status st = dx->numel ? ctx->be->convert(ctx, dx, g) : DLT_OK;
@@ -202,6 +203,7 @@ static dlt_status convert_op(dlt_tensor *x, int32_t dtype, int32_t format, const
     if (st == DLT_OK && node) {
         convert_attr at = {x->dtype, x->format};
         DLT_SET_ATTR(node, convert_attr, at);
+        node->hands_on = 1; /* dlt__convert_backward */
     }
     if (st != DLT_OK) {
         dlt_tensor_release(y);

@@ -1,0 +1,74 @@
+/*
+ * side.c - the backward's second stream. At 32x32 inputs ResNet50's later layers run on
+ * 2x2 and 1x1 maps and each convolution kernel fills a fraction of the GPU, so a layer's
+ * weight gradient runs beside its data gradient (and the BatchNorm backward after it) on
+ * a side stream; in a captured step those become parallel branches of the graph.
+ *
+ * The backend forks (the side stream waits for what the main stream has so far) and joins
+ * (the main stream waits for the side's work). Between the two the side's inputs must stay
+ * alive and unchanged, and its outputs unread: the tensors are held here, and released
+ * after the join, so the memory pool (and a captured step's arena) cannot hand their blocks
+ * to later main-stream work; the gradient buffers it writes are listed, and the tape joins
+ * before anything reads them: before a node writes the same leaf's gradient or reads a
+ * held tensor as its output's gradient (an autocast cast node only passes it on to the
+ * queue), before an accumulation kernel takes a held tensor, before the queued fp32
+ * accumulations run, before a hook (DDP) hears a gradient is ready, and when backward
+ * ends. Several side works may be outstanding: the side stream runs them in order
+ * and one join covers them all. Backends without the entries (CPU) run everything in line;
+ * DLT_SIDE_STREAM=0 does the same on CUDA.
+ */
+#include "internal.h"
+
+static void side_release(dlt_side *sd) {
+    for (int32_t i = 0; i < sd->n_held; i++) dlt_tensor_release(sd->held[i]);
+    sd->n_held = sd->n_written = 0;
+    sd->outstanding = 0;
+}
+
+dlt_status dlt__side_begin(dlt_ctx *ctx, int32_t *on) {
+    dlt_side *sd = &ctx->tape.side;
+    *on = 0;
+    if (!ctx->be->side_fork || !ctx->tape.in_backward || !ctx->env.v[DLT__ENV_SIDE_STREAM]) return DLT_OK;
+    /* room for what the caller will hold (a few tensors): else the earlier work joins first */
+    if (sd->n_held > DLT_SIDE_MAX - 4 || sd->n_written > DLT_SIDE_MAX - 1) DLT_CHECK(dlt__side_join(ctx));
+    DLT_CHECK(ctx->be->side_fork(ctx, on));
+    sd->forks += *on;
+    return DLT_OK;
+}
+
+dlt_status dlt__side_end(dlt_ctx *ctx, dlt_tensor *const *hold, int32_t n_hold, const dlt_tensor *written) {
+    dlt_side *sd = &ctx->tape.side;
+    const dlt_status st = ctx->be->side_unfork(ctx);
+    for (int32_t i = 0; i < n_hold; i++)
+        if (hold[i] && sd->n_held < DLT_SIDE_MAX) sd->held[sd->n_held++] = dlt_tensor_retain(hold[i]);
+    if (written && sd->n_written < DLT_SIDE_MAX) sd->written[sd->n_written++] = written;
+    sd->outstanding = 1;
+    if (st != DLT_OK) { /* the side work may not have been ordered: wait for it now */
+        (void)dlt__side_join(ctx);
+        return st;
+    }
+    return DLT_OK;
+}
+
+dlt_status dlt__side_join(dlt_ctx *ctx) {
+    dlt_side *sd = &ctx->tape.side;
+    if (!sd->outstanding) return DLT_OK;
+    const dlt_status st = ctx->be->side_join(ctx);
+    sd->joins++;
+    side_release(sd);
+    return st;
+}
+
+int dlt__side_holds(const dlt_ctx *ctx, const dlt_tensor *t) {
+    const dlt_side *sd = &ctx->tape.side;
+    for (int32_t i = 0; t && i < sd->n_held; i++)
+        if (sd->held[i]->storage == t->storage) return 1;
+    return 0;
+}
+
+int dlt__side_wrote(const dlt_ctx *ctx, const dlt_tensor *buf) {
+    const dlt_side *sd = &ctx->tape.side;
+    for (int32_t i = 0; i < sd->n_written; i++)
+        if (sd->written[i] == buf) return 1;
+    return 0;
+}
