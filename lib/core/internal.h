@@ -257,12 +257,6 @@ struct dlt_backend {
     dlt_status (*capture_end)(dlt_ctx *ctx, int32_t ok, void **exec, int64_t *stats);
     dlt_status (*graph_launch)(dlt_ctx *ctx, void *exec);
     void (*graph_free)(dlt_ctx *ctx, void *exec);
-
-    /* ---- extensions: each area appends its entries in its own block ---- */
-    /* transformer ops (lib/ops/{binary,pointwise,reduce,layout,matmul,softmax,layer_norm,
-     * dropout,embedding,attention}.c; lib/cpu and cuda files of the same stems). Tensors
-     * handed to these entries are contiguous unless an entry takes strides (nd.h). */
-    /* y (contiguous, numel == s->numel) = op(a, b) elementwise over s; a and b are read
     /* the side stream (lib/core/side.c; NULL: one stream). side_fork: the side stream waits
      * for the work enqueued so far, and the kernels enqueued until side_unfork go to it,
      * with a workspace of their own (no scratch, counters or allocations); side_unfork
@@ -271,6 +265,12 @@ struct dlt_backend {
     dlt_status (*side_fork)(dlt_ctx *ctx, int32_t *forked);
     dlt_status (*side_unfork)(dlt_ctx *ctx);
     dlt_status (*side_join)(dlt_ctx *ctx);
+
+    /* ---- extensions: each area appends its entries in its own block ---- */
+    /* transformer ops (lib/ops/{binary,pointwise,reduce,layout,matmul,softmax,layer_norm,
+     * dropout,embedding,attention}.c; lib/cpu and cuda files of the same stems). Tensors
+     * handed to these entries are contiguous unless an entry takes strides (nd.h). */
+    /* y (contiguous, numel == s->numel) = op(a, b) elementwise over s; a and b are read
      * through their operand maps; dtypes are any float, possibly different (math in fp32) */
     dlt_status (*binary)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, const dlt_nd_operand *oa,
                          const dlt_tensor *b, const dlt_nd_operand *ob, const dlt_nd *s,
