@@ -21,7 +21,13 @@
  * The GPT MLP's c_fc + GELU (tanh form) runs as one GEMM with CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
  * D = gelu(acc + b) and the auxiliary output h = acc + b (the GELU's input, which the
  * backward needs), both in the output dtype; the GELU is applied to the fp32 accumulator
- * plus bias before rounding, where the separate kernel rounds h first.
+ * plus bias before rounding, where the separate kernel rounds h first. Its backward half is
+ * c_proj's data-gradient GEMM with CUBLASLT_EPILOGUE_DGELU: D = gelu'(aux) * (dy w) with aux
+ * = that h, read in the layout the forward wrote it (c_proj's dx^T is [4C, M] column-major
+ * with ld 4C, as c_fc's y^T was). The derivative multiplies the fp32 accumulator, where the
+ * unfused path rounds dg = dy w to 16 bits before the GELU's backward kernel.
+ * DGELU_BGRAD would also give c_fc's bias gradient (the sum of dh over rows), but c_fc's
+ * weight-gradient GEMM already produces it in its BGRADB epilogue, so plain DGELU is used.
  *
  * Plans (matmul descriptor, layouts and the heuristic's algorithm) are cached per shape,
  * dtype, compute type, epilogue and pointer alignment in a small round-robin table owned
@@ -107,7 +113,7 @@ struct GemmCall {
     const void *A, *B; /* op(A) is m x k, op(B) is k x n */
     void *D;           /* m x n, ld m; also C */
     void *bias;        /* bias (BIAS) or bias gradient (BGRADB), else NULL */
-    void *aux;         /* GELU_AUX*: the pre-activation output, m x n, ld m; else NULL */
+    void *aux;         /* GELU_AUX*: the pre-activation output; DGELU: that input; m x n, ld m */
     cublasLtEpilogue_t epilogue;
     float beta;
 };
@@ -453,6 +459,32 @@ dlt_status dlt__cuda_linear_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_ten
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     g.beta = 0.0f;
     return gemm_must(ctx, g, F);
+}
+
+dlt_status dlt__cuda_linear_bwd_data_gelu(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w,
+                                          const dlt_tensor *h, int *served) {
+    static const char *F = "dlt_linear_backward";
+    *served = 0;
+    /* the cases linear_fwd_gelu takes (16-bit, the aux leading dimension K a multiple of 8),
+     * one dtype throughout */
+    const int32_t t = dy->dtype;
+    if ((t != DLT_F16 && t != DLT_BF16) || dx->dtype != t || w->dtype != t || h->dtype != t || w->shape[1] % 8 != 0 ||
+        dy->shape[0] == 0 || dy->shape[1] == 0)
+        return DLT_OK;
+    GemmCall c;
+    memset(&c, 0, sizeof c);
+    c.kind = GEMM_DGRAD;
+    c.dtype = t;
+    c.m = w->shape[1];
+    c.n = dy->shape[0];
+    c.k = dy->shape[1];
+    c.A = dlt__data(w);
+    c.B = dlt__data(dy);
+    c.D = dlt__data(dx);
+    c.aux = dlt__data(h);
+    c.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    c.beta = 0.0f;
+    return gemm_try(ctx, c, F, served);
 }
 
 dlt_status dlt__cuda_linear_bwd_weight(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor *db,

@@ -65,9 +65,12 @@ dlt_status dlt__cuda_linear_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_ten
                                      const dlt_tensor *w);
 dlt_status dlt__cuda_linear_bwd_weight(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor *db,
                                        const dlt_tensor *x, const dlt_tensor *dy, int32_t beta);
+dlt_status dlt__cuda_linear_bwd_data_gelu(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w,
+                                          const dlt_tensor *h, int *served);
 #define DLT_CUDA_LINEAR_ENTRIES                                                               \
     .linear_fwd = dlt__cuda_linear_fwd, .linear_bwd_data = dlt__cuda_linear_bwd_data,         \
-    .linear_bwd_weight = dlt__cuda_linear_bwd_weight, .linear_fwd_gelu = dlt__cuda_linear_fwd_gelu,
+    .linear_bwd_weight = dlt__cuda_linear_bwd_weight, .linear_fwd_gelu = dlt__cuda_linear_fwd_gelu, \
+    .linear_bwd_data_gelu = dlt__cuda_linear_bwd_data_gelu,
 
 /* ---- cross_entropy.cu (and count_correct) ---- */
 dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,

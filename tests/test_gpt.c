@@ -14,7 +14,10 @@
  *   - errors: a sequence longer than the block, float indices, a mismatched file (named,
  *     model unchanged), bad configurations;
  *   - memory: c_proj keeps the GELU's input for its backward, not its output (recomputed;
- *     the golden gradients above cover the values), read from the tape after a forward.
+ *     the golden gradients above cover the values), read from the tape after a forward;
+ *   - the fused MLP nodes (lib/ops/linear_gelu.c) through a backend table that fakes the fused
+ *     GEMMs: the modules' loss and gradients bit for bit, with the fused GELU data gradient
+ *     served, refused and absent.
  */
 #include <math.h>
 #include <stdint.h>
@@ -411,10 +414,13 @@ static void test_tied_weight_grad_under_autocast(void) {
     }
 }
 
-/* The fused c_fc + GELU node (linear_gelu, lib/ops/linear.c) on the CPU: a backend table
- * whose linear_fwd_gelu does what the two modules do (the GEMM into h, then the GELU), so
- * the node, its saved tensors and its backward run here and must give the unfused model's
- * loss and gradients bit for bit (under bf16 autocast, where the MLP takes it). */
+/* The fused MLP nodes (lib/ops/linear_gelu.c) on the CPU: "linear_gelu" (c_fc, whose GEMM also
+ * gives the GELU) and "gelu_linear" (c_proj of the GELU, whose data-gradient GEMM applies the
+ * GELU's derivative). A backend table whose linear_fwd_gelu and linear_bwd_data_gelu do what
+ * the modules do (the GEMM into h, then the GELU; dg = dy w, then the GELU's backward kernel)
+ * runs the nodes, their saved tensors and backwards here: they must give the unfused model's
+ * loss and gradients bit for bit under bf16 autocast, with the fused data gradient served,
+ * refused (*served = 0) or absent (NULL), the last two through the front door's fallback. */
 static const dlt_backend *g_plain;
 static dlt_status fake_linear_fwd_gelu(dlt_ctx *ctx, dlt_tensor *g, dlt_tensor *h, const dlt_tensor *x,
                                        const dlt_tensor *w, const dlt_tensor *b, int *served) {
@@ -423,21 +429,42 @@ static dlt_status fake_linear_fwd_gelu(dlt_ctx *ctx, dlt_tensor *g, dlt_tensor *
     *served = st == DLT_OK;
     return st;
 }
+static dlt_status fake_linear_bwd_data_gelu(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w,
+                                            const dlt_tensor *h, int *served) {
+    dlt_tensor *dg = NULL;
+    dlt_status st = dlt_tensor_empty(ctx, h->dtype, h->shape, h->ndim, 0, &dg);
+    if (st == DLT_OK) st = g_plain->linear_bwd_data(ctx, dg, dy, w);
+    if (st == DLT_OK) st = g_plain->unary_bwd(ctx, dx, dg, h, NULL, DLT_UN_GELU_TANH, 0.0);
+    dlt_tensor_release(dg);
+    *served = st == DLT_OK;
+    return st;
+}
+static dlt_status fake_linear_bwd_data_gelu_refuses(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
+                                                    const dlt_tensor *w, const dlt_tensor *h, int *served) {
+    (void)ctx, (void)dx, (void)dy, (void)w, (void)h;
+    *served = 0;
+    return DLT_OK;
+}
 
 static void test_fused_mlp_node_matches_modules(void) {
-    dlt_ctx *ctx[2] = {NULL, NULL};
-    static dlt_backend fake;
+    /* 0: the modules (CPU table); 1: fused data gradient served; 2: refused; 3: absent */
+    enum { NV = 4 };
+    static const char *const what[NV] = {"modules", "DGELU served", "DGELU refused", "no DGELU entry"};
+    dlt_ctx *ctx[NV] = {NULL};
+    static dlt_backend fake[NV];
     dlt_gpt_config c = tiny_config(1);
-    dlt_module *m[2] = {NULL, NULL};
-    double loss[2] = {0, 0};
-    int fused = 0;
-    for (int k = 0; k < 2; k++) {
+    dlt_module *m[NV] = {NULL};
+    double loss[NV] = {0};
+    for (int k = 0; k < NV; k++) {
         REQUIRE(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx[k]) == DLT_OK);
-        if (k == 1) {
+        if (k > 0) {
             g_plain = ctx[k]->be;
-            fake = *g_plain;
-            fake.linear_fwd_gelu = fake_linear_fwd_gelu;
-            ctx[k]->be = &fake;
+            fake[k] = *g_plain;
+            fake[k].linear_fwd_gelu = fake_linear_fwd_gelu;
+            fake[k].linear_bwd_data_gelu = k == 1   ? fake_linear_bwd_data_gelu
+                                           : k == 2 ? fake_linear_bwd_data_gelu_refuses
+                                                    : NULL;
+            ctx[k]->be = &fake[k];
         }
         CHECK_OK(dlt_ctx_set_seed(ctx[k], 9));
         CHECK_OK(dlt_gpt_create(ctx[k], &c, &m[k]));
@@ -449,31 +476,46 @@ static void test_fused_mlp_node_matches_modules(void) {
         CHECK_OK(dlt_autocast_begin(ctx[k], DLT_BF16));
         CHECK_OK(dlt_gpt_forward(m[k], idx, idx, NULL, &l));
         CHECK_OK(dlt_autocast_end(ctx[k]));
-        for (int64_t i = 0; k == 1 && i < ctx[k]->tape.n; i++)
-            fused += ctx[k]->tape.slots[i] && !strcmp(ctx[k]->tape.slots[i]->name, "linear_gelu");
+        /* the nodes each MLP records, and what they keep: c_fc x and w; c_proj h and w */
+        int fc = 0, proj = 0, gelu = 0, saves = 1;
+        for (int64_t i = 0; i < ctx[k]->tape.n; i++) {
+            const dlt_node *nd = ctx[k]->tape.slots[i];
+            if (!nd) continue;
+            const int is_fc = !strcmp(nd->name, "linear_gelu"), is_proj = !strcmp(nd->name, "gelu_linear");
+            fc += is_fc, proj += is_proj, gelu += !strcmp(nd->name, "gelu");
+            if (is_fc) saves &= nd->n_saved == 2 && nd->saved[0]->shape[1] == c.n_embd;
+            if (is_proj) saves &= nd->n_saved == 2 && nd->saved[0]->shape[1] == 4 * c.n_embd;
+        }
+        const int want = k ? c.n_layer : 0;
+        CHECK(fc == want && proj == want && gelu == c.n_layer - want,
+              "%s: %d linear_gelu, %d gelu_linear and %d gelu nodes for %d blocks", what[k], fc, proj, gelu, c.n_layer);
+        CHECK(saves, "%s: a fused node saved other tensors than (x, w) for c_fc and (h, w) for c_proj", what[k]);
         CHECK_OK(dlt_backward(l, NULL));
         CHECK_OK(dlt_tensor_item(l, &loss[k]));
+        CHECK(ctx[k]->served_gelu_dgrad == (k == 1 ? c.n_layer : 0), "%s: %lld fused data gradients for %d blocks",
+              what[k], (long long)ctx[k]->served_gelu_dgrad, c.n_layer);
         dlt_tensor_release(l), dlt_tensor_release(idx);
     }
-    CHECK(fused == c.n_layer, "%d linear_gelu nodes for %d blocks", fused, c.n_layer);
-    CHECK(loss[0] == loss[1], "loss: modules %.9g, fused node %.9g", loss[0], loss[1]);
-    int differ = 0, compared = 0;
-    for (int32_t i = 0; i < dlt_module_num_state(m[0]); i++) {
-        const char *name;
-        dlt_tensor *a = NULL, *b = NULL;
-        CHECK_OK(dlt_module_state_entry(m[0], i, &name, &a, NULL));
-        CHECK_OK(dlt_module_state_entry(m[1], i, NULL, &b, NULL));
-        const dlt_tensor *ga = dlt_tensor_grad(a), *gb = dlt_tensor_grad(b);
-        if (!ga) continue;
-        REQUIRE(gb, "%s: no gradient through the fused node", name);
-        float *fa = th_read_f32(ga), *fb = th_read_f32(gb);
-        const int same = memcmp(fa, fb, (size_t)dlt_tensor_numel(ga) * sizeof(float)) == 0;
-        CHECK(same, "%s: gradient differs between the modules and the fused node", name);
-        differ += !same, compared++;
-        free(fa), free(fb);
+    for (int k = 1; k < NV; k++) {
+        CHECK(loss[0] == loss[k], "loss: modules %.9g, %s %.9g", loss[0], what[k], loss[k]);
+        int differ = 0, compared = 0;
+        for (int32_t i = 0; i < dlt_module_num_state(m[0]); i++) {
+            const char *name;
+            dlt_tensor *a = NULL, *b = NULL;
+            CHECK_OK(dlt_module_state_entry(m[0], i, &name, &a, NULL));
+            CHECK_OK(dlt_module_state_entry(m[k], i, NULL, &b, NULL));
+            const dlt_tensor *ga = dlt_tensor_grad(a), *gb = dlt_tensor_grad(b);
+            if (!ga) continue;
+            REQUIRE(gb, "%s: no gradient through the fused nodes (%s)", name, what[k]);
+            float *fa = th_read_f32(ga), *fb = th_read_f32(gb);
+            const int same = memcmp(fa, fb, (size_t)dlt_tensor_numel(ga) * sizeof(float)) == 0;
+            CHECK(same, "%s: gradient differs between the modules and the fused nodes (%s)", name, what[k]);
+            differ += !same, compared++;
+            free(fa), free(fb);
+        }
+        CHECK(compared > 10 && differ == 0, "%s: %d of %d gradients differ", what[k], differ, compared);
     }
-    CHECK(compared > 10 && differ == 0, "%d of %d gradients differ", differ, compared);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NV; k++) {
         dlt_module_destroy(m[k]);
         dlt_ctx_destroy(ctx[k]);
     }

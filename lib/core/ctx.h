@@ -63,6 +63,9 @@ struct dlt_ctx {
     int32_t flash_sdp;
     /* cudnn_sdp: dlt_ctx_set_cudnn_sdp (cuDNN's fused attention first on CUDA); CPU ignores it */
     int32_t cudnn_sdp;
+    /* fused paths that served, so tests can tell them from their fallbacks: data-gradient
+     * GEMMs whose epilogue applied the GELU's derivative (dlt__gelu_linear's backward) */
+    int64_t served_gelu_dgrad;
 };
 
 /* Fails with DLT_ERR_CONTEXT_POISONED if an earlier asynchronous fault broke the context. */

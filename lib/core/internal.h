@@ -194,6 +194,12 @@ struct dlt_backend {
      * nothing launched. NULL: never (the front door runs linear_fwd and unary). */
     dlt_status (*linear_fwd_gelu)(dlt_ctx *ctx, dlt_tensor *g, dlt_tensor *h, const dlt_tensor *x,
                                   const dlt_tensor *w, const dlt_tensor *b, int *served);
+    /* dx = gelu_tanh'(h) * (dy w): the data gradient of a linear whose input was gelu_tanh(h),
+     * one GEMM whose epilogue multiplies the fp32 accumulator by the GELU's derivative at h (a
+     * pre-activation linear_fwd_gelu wrote; h and dx [M,K]); *served = 0: not available for this
+     * call, nothing launched. NULL: never (the front door runs linear_bwd_data and unary_bwd). */
+    dlt_status (*linear_bwd_data_gelu)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w,
+                                       const dlt_tensor *h, int *served);
     /* dw = beta*dw + dy^T x ; db = beta*db + sum_rows(dy) (db may be NULL) */
     dlt_status (*linear_bwd_weight)(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor *db,
                                     const dlt_tensor *x, const dlt_tensor *dy, int32_t beta);
@@ -418,11 +424,22 @@ dlt_status dlt__cross_entropy_padded(dlt_tensor *logits, dlt_tensor *targets, in
  * (shape, dtype or format differ) or autocast casts x. */
 dlt_status dlt__linear_recompute(dlt_tensor *x, dlt_tensor *h, int32_t act_op, double act_alpha, dlt_tensor *w,
                                  dlt_tensor *bias, dlt_tensor **out);
-/* g = gelu_tanh(dlt_linear(x, w, bias)) under fp16/bf16 autocast as one recorded op whose
- * GEMM applies bias and GELU in its epilogue (backend linear_fwd_gelu), and *h = the GELU's
- * input (no gradient of its own; for dlt__linear_recompute). *g = *h = NULL and DLT_OK when
- * the backend or the call does not allow it: the caller then runs dlt_linear and the GELU. */
+/* The GPT MLP's first half under fp16/bf16 autocast: *h = dlt_linear(x, w, bias), recorded as
+ * a linear (h carries the gradient), from one GEMM whose epilogue also writes *g =
+ * gelu_tanh(h) (backend linear_fwd_gelu); g has no gradient of its own and is for
+ * dlt__gelu_linear. *g = *h = NULL and DLT_OK when the backend or the call does not allow it:
+ * the caller then runs dlt_linear and the GELU. (lib/ops/linear_gelu.c) */
 dlt_status dlt__linear_gelu(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **g, dlt_tensor **h);
+/* The second half: dlt_linear(gelu_tanh(h), w, bias), with g = gelu_tanh(h) as dlt__linear_gelu
+ * gave it, recorded as one op of h: the tape saves h, the backward's data-gradient GEMM
+ * applies the GELU's derivative in its epilogue where the backend has it (linear_bwd_data_gelu)
+ * and recomputes g for dw. Calls that do not fit (g not h's by-product in autocast's dtype)
+ * run dlt_gelu and dlt__linear_recompute instead. (lib/ops/linear_gelu.c) */
+dlt_status dlt__gelu_linear(dlt_tensor *h, dlt_tensor *g, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out);
+/* The linear backward with its input x given (lib/ops/linear.c; saved[1] = w, bias when
+ * n_in > 2); gin[0] is left alone when dx is not wanted from it (want_dx = 0). */
+dlt_status dlt__linear_backward_x(dlt_node *n, dlt_tensor *x, int want_dx, dlt_tensor *const *gout,
+                                  dlt_grad_slot *gin);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,8 @@
  *   transpose; without the copies where cuDNN serves); c_proj; dropout.
  * MLP: c_fc (C -> 4C), GELU (tanh form, GPT-2's "gelu_new"), c_proj (4C -> C), dropout;
  * c_proj's backward recomputes the GELU from its input instead of keeping its output. Under
- * fp16/bf16 autocast on CUDA c_fc and the GELU are one GEMM (dlt__linear_gelu).
+ * fp16/bf16 autocast on CUDA c_fc and the GELU are one GEMM (dlt__linear_gelu), and the
+ * GELU's derivative is applied by c_proj's data-gradient GEMM (dlt__gelu_linear).
  * The positions 0..block_size-1 live on the device from creation (a view of the first T is
  * taken per forward: nothing is copied from the host, so a step can be captured).
  */
@@ -98,17 +99,19 @@ static dlt_status mlp_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in
     const mlp_attrs *a = DLT__IMPL(m, mlp_attrs);
     dlt_tensor *h = NULL, *g = NULL, *p = NULL;
     /* c_fc and the GELU (tanh form) in one GEMM where the backend fuses them (cuBLASLt's
-     * GELU_AUX_BIAS epilogue under autocast), else the two modules */
-    const dlt_module *fc = a->c_fc;
+     * GELU_AUX_BIAS epilogue under autocast): h carries the gradient and the GELU's derivative
+     * belongs to c_proj's node, whose data-gradient GEMM applies it in its epilogue (DGELU).
+     * Else the two modules. */
+    const dlt_module *fc = a->c_fc, *cp = a->c_proj;
+    dlt_tensor *cp_w = cp->state[0].t, *cp_b = cp->n_state > 1 ? cp->state[1].t : NULL;
     dlt_status st = dlt__linear_gelu(in[0], fc->state[0].t, fc->n_state > 1 ? fc->state[1].t : NULL, &g, &h);
-    if (st == DLT_OK && !g) st = dlt__module_forward(a->c_fc, in[0], &h);
-    if (st == DLT_OK && !g) st = dlt__module_forward(a->gelu, h, &g);
+    const int fused = st == DLT_OK && g;
+    if (st == DLT_OK && !fused) st = dlt__module_forward(a->c_fc, in[0], &h);
+    if (st == DLT_OK && !fused) st = dlt__module_forward(a->gelu, h, &g);
     /* c_proj keeps the GELU's input h for its backward, not the output g (recomputed there):
      * one [B, T, 4C] activation less per block (GPT-2 124M at 16 x 1024: 1.2 GB) */
-    const dlt_module *cp = a->c_proj;
-    if (st == DLT_OK)
-        st = dlt__linear_recompute(g, h, DLT_UN_GELU_TANH, 0.0, cp->state[0].t, cp->n_state > 1 ? cp->state[1].t : NULL,
-                                   &p);
+    if (st == DLT_OK && fused) st = dlt__gelu_linear(h, g, cp_w, cp_b, &p);
+    else if (st == DLT_OK) st = dlt__linear_recompute(g, h, DLT_UN_GELU_TANH, 0.0, cp_w, cp_b, &p);
     if (st == DLT_OK) st = dlt__module_forward(a->dropout, p, &out[0]);
     dlt_tensor_release(h);
     dlt_tensor_release(g);

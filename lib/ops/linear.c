@@ -5,12 +5,15 @@
  * db = column sums of dy; dw/db go straight into the leaves when the dtypes allow.
  * dlt__linear_recompute (internal): the same op for x = act(h), saving h instead of x and
  * recomputing x in the backward (the GPT MLP: one [rows, 4C] activation less per layer,
- * what torch.compile's partitioner does for cheap pointwise ops).
+ * what torch.compile's partitioner does for cheap pointwise ops). The GPT MLP's fused
+ * c_fc + GELU and GELU + c_proj nodes are in linear_gelu.c.
  */
 #include "ops_internal.h"
 
-/* the backward with x given: saved (linear) or recomputed (linear_recompute_backward) */
-static dlt_status linear_backward_x(dlt_node *n, dlt_tensor *x, dlt_tensor *const *gout, dlt_grad_slot *gin) {
+/* the backward with x given: saved (linear) or recomputed (linear_recompute_backward,
+ * gelu_linear's backward, which computes dx itself: want_dx = 0) */
+dlt_status dlt__linear_backward_x(dlt_node *n, dlt_tensor *x, int want_dx, dlt_tensor *const *gout,
+                                  dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(linear)";
     dlt_ctx *ctx = n->ctx;
     dlt_tensor *w = n->saved[1], *dy = gout[0];
@@ -18,7 +21,7 @@ static dlt_status linear_backward_x(dlt_node *n, dlt_tensor *x, dlt_tensor *cons
     /* an empty dy (M == 0 or N == 0) makes every gradient zero; with K == 0 dx and dw are
      * empty; empty gradients need no kernel (kernels assume numel > 0) */
     const int empty = dy->numel == 0;
-    if (gin[0].needed) {
+    if (want_dx && gin[0].needed) {
         dlt_tensor *dx = NULL;
         DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
         st = dx->numel == 0 ? DLT_OK
@@ -88,7 +91,7 @@ static dlt_status linear_backward_x(dlt_node *n, dlt_tensor *x, dlt_tensor *cons
 }
 
 static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
-    return linear_backward_x(n, n->saved[0], gout, gin);
+    return dlt__linear_backward_x(n, n->saved[0], 1, gout, gin);
 }
 
 /* dlt__linear_recompute: x = act(h) again, from the saved h; only dw needs it */
@@ -101,10 +104,10 @@ static dlt_status linear_recompute_backward(dlt_node *n, dlt_tensor *const *gout
     static const char *F = "dlt_backward(linear)";
     const recompute_attr *r = DLT_NODE_ATTR(n, recompute_attr);
     dlt_tensor *h = n->saved[0], *x = NULL;
-    if (!gin[1].needed) return linear_backward_x(n, h, gout, gin); /* dx and db use no x */
+    if (!gin[1].needed) return dlt__linear_backward_x(n, h, 1, gout, gin); /* dx and db use no x */
     DLT_CHECK(dlt__tensor_new_like(h, h->dtype, F, &x));
     dlt_status st = x->numel ? n->ctx->be->unary(n->ctx, x, h, r->op, r->alpha) : DLT_OK;
-    if (st == DLT_OK) st = linear_backward_x(n, x, gout, gin);
+    if (st == DLT_OK) st = dlt__linear_backward_x(n, x, 1, gout, gin);
     dlt_tensor_release(x);
     return st;
 }
@@ -240,95 +243,5 @@ done:
         return dlt__err_wrap(st, F);
     }
     *out = y;
-    return DLT_OK;
-}
-
-/* ---- dlt__linear_gelu: g = gelu_tanh(x w^T + b) in one GEMM where the backend has it ---- */
-
-/* saved: x, w (as linear's), h = the GELU's input */
-static dlt_status linear_gelu_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
-    static const char *F = "dlt_backward(linear_gelu)";
-    dlt_tensor *h = n->saved[2], *dh = NULL;
-    DLT_CHECK(dlt__tensor_new_like(h, h->dtype, F, &dh));
-    dlt_status st = dh->numel ? n->ctx->be->unary_bwd(n->ctx, dh, gout[0], h, NULL, DLT_UN_GELU_TANH, 0.0) : DLT_OK;
-    if (st == DLT_OK) st = linear_backward_x(n, n->saved[0], &dh, gin);
-    dlt_tensor_release(dh);
-    return st;
-}
-
-/* One node for the 2-D call; *g stays NULL (nothing recorded) where the backend has no
- * fused path for it */
-static dlt_status linear_gelu_2d(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, int32_t dtype, dlt_tensor **g_out,
-                                 dlt_tensor **h_out) {
-    static const char *F = "dlt_linear";
-    dlt_ctx *ctx = x->ctx;
-    dlt_tensor *xc = NULL, *wc = NULL, *bc = NULL, *g = NULL, *h = NULL;
-    dlt_node *node = NULL;
-    int served = 0;
-    dlt_status st;
-    DLT_CHECK_GOTO(st, dlt__autocast_operand(x, dtype, F, &xc), done);
-    DLT_CHECK_GOTO(st, dlt__autocast_operand(w, dtype, F, &wc), done);
-    if (bias) DLT_CHECK_GOTO(st, dlt__autocast_operand(bias, dtype, F, &bc), done);
-    {
-        const int64_t ys[2] = {x->shape[0], w->shape[0]};
-        DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, dtype, ys, 2, DLT_FORMAT_CONTIGUOUS, F, &g), done);
-        DLT_CHECK_GOTO(st, dlt__tensor_new(ctx, dtype, ys, 2, DLT_FORMAT_CONTIGUOUS, F, &h), done);
-    }
-    DLT_CHECK_GOTO(st, ctx->be->linear_fwd_gelu(ctx, g, h, xc, wc, bc, &served), done);
-    if (!served) goto done;
-    {
-        dlt_tensor *in[3] = {xc, wc, bc};
-        DLT_CHECK_GOTO(st, dlt__record(ctx, "linear_gelu", linear_gelu_backward, in, bias ? 3 : 2, &g, 1, &node),
-                       done);
-    }
-    if (node) {
-        dlt__save(node, xc);
-        dlt__save(node, wc);
-        dlt__save(node, h);
-    }
-    *g_out = g, g = NULL;
-    *h_out = h, h = NULL;
-done:
-    dlt_tensor_release(xc);
-    dlt_tensor_release(wc);
-    dlt_tensor_release(bc);
-    dlt_tensor_release(g);
-    dlt_tensor_release(h);
-    return st;
-}
-
-dlt_status dlt__linear_gelu(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **g_out, dlt_tensor **h_out) {
-    static const char *F = "dlt_linear";
-    *g_out = *h_out = NULL;
-    DLT_CHECK(dlt__check_tensor(x, F, "x"));
-    DLT_CHECK(dlt__check_tensor(w, F, "w"));
-    dlt_ctx *ctx = x->ctx;
-    const int32_t ac = dlt__autocast_dtype(ctx);
-    /* the cases the fused GEMM takes; everything else (and every error) is dlt_linear's */
-    if (!ctx->be->linear_fwd_gelu || !ctx->be->unary_bwd || (ac != DLT_F16 && ac != DLT_BF16) || x->ndim < 2 ||
-        w->ndim != 2 || w->ctx != ctx || !dlt__is_float(x->dtype) || !dlt__is_float(w->dtype) ||
-        x->shape[x->ndim - 1] != w->shape[1] ||
-        (bias && (bias->ctx != ctx || bias->ndim != 1 || bias->shape[0] != w->shape[0] ||
-                  !dlt__is_float(bias->dtype))))
-        return DLT_OK;
-    int64_t rows = 1, ys[DLT_MAX_DIMS];
-    for (int32_t i = 0; i < x->ndim - 1; i++) rows *= x->shape[i], ys[i] = x->shape[i];
-    ys[x->ndim - 1] = w->shape[0];
-    if (rows == 0 || w->shape[0] == 0 || w->shape[1] == 0) return DLT_OK;
-    const int64_t s2[2] = {rows, w->shape[1]};
-    dlt_tensor *x2 = NULL, *g2 = NULL, *h2 = NULL;
-    dlt_status st = dlt_reshape(x, s2, 2, &x2);
-    if (st == DLT_OK) st = linear_gelu_2d(x2, w, bias, ac, &g2, &h2);
-    if (st == DLT_OK && g2) st = dlt_reshape(g2, ys, x->ndim, g_out);
-    if (st == DLT_OK && g2) st = dlt_reshape(h2, ys, x->ndim, h_out); /* h has no gradient: a plain view */
-    dlt_tensor_release(x2);
-    dlt_tensor_release(g2);
-    dlt_tensor_release(h2);
-    if (st != DLT_OK) {
-        dlt_tensor_release(*g_out);
-        dlt_tensor_release(*h_out);
-        *g_out = *h_out = NULL;
-        return dlt__err_wrap(st, F);
-    }
     return DLT_OK;
 }
