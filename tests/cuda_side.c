@@ -135,8 +135,9 @@ static void test_side_stream_resnet50_matches_serial(void) {
     CHECK_OK(dlt_ctx_synchronize(serial.ctx));
     const int64_t forks = side.ctx->tape.side.forks, joins = side.ctx->tape.side.joins;
     printf("# eager: %lld side forks, %lld joins in 2 steps\n", (long long)forks, (long long)joins);
-    /* 53 convolutions, the stem's input needs no gradient: 52 weight gradients per step */
-    CHECK(forks == 2 * 52 && joins >= 2 && serial.ctx->tape.side.forks == 0, "forks %lld / %lld, joins %lld",
+    /* 53 convolutions, the stem's input needs no gradient: 52 weight gradients per step, and
+     * the queued fp32 accumulations' flushes */
+    CHECK(forks > 2 * 52 && joins >= 2 && serial.ctx->tape.side.forks == 0, "forks %lld / %lld, joins %lld",
           (long long)forks, (long long)serial.ctx->tape.side.forks, (long long)joins);
     CHECK(compare_params(&side, &serial, "eager") == 0, "eager steps differ with the side stream");
 

@@ -5,8 +5,8 @@
  * stream's work must not free them, accumulate from or into them, or write the same
  * gradient (the fake kernels count each such touch as a violation). The gradients must
  * equal the plain CPU table's bit for bit, in fp32 (gradients written straight into the
- * leaves) and under bf16 autocast (queued for the fp32 accumulation); DLT_SIDE_STREAM=0
- * and a table without the entries run in line.
+ * leaves) and under bf16 autocast (queued for the fp32 accumulation, which then runs on the
+ * side stream too); DLT_SIDE_STREAM=0 and a table without the entries run in line.
  */
 #include "harness.h"
 
@@ -15,7 +15,7 @@
 static const dlt_backend *g_plain;
 static struct {
     int on, pending;
-    int64_t forks, joins, side_filters, violations;
+    int64_t forks, joins, side_filters, side_flushes, violations;
     const void *ptrs[256]; /* used by side work since the last join */
     int n;
     char first[200];
@@ -67,11 +67,16 @@ static dlt_status fake_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tenso
         violation("an accumulation touched the side's gradient before the join");
     return g_plain->accumulate(ctx, dst, src, beta);
 }
+/* the queued fp32 accumulations: on the side stream after its weight gradients (in order
+ * there), or on the main stream after a join */
 static dlt_status fake_accumulate_multi(dlt_ctx *ctx, int32_t n, dlt_tensor *const *dsts,
                                         const dlt_tensor *const *srcs, const int32_t *betas) {
-    for (int32_t i = 0; i < n; i++)
-        if (B.pending && (side_uses(dlt__data(dsts[i])) || side_uses(dlt__data(srcs[i]))))
+    for (int32_t i = 0; i < n; i++) {
+        if (B.on && B.n + 2 <= 256) B.ptrs[B.n++] = dlt__data(dsts[i]), B.ptrs[B.n++] = dlt__data(srcs[i]);
+        else if (!B.on && B.pending && (side_uses(dlt__data(dsts[i])) || side_uses(dlt__data(srcs[i]))))
             violation("the queued accumulations read the side's gradient before the join");
+    }
+    B.side_flushes += B.on;
     return g_plain->accumulate_multi(ctx, n, dsts, srcs, betas);
 }
 static void fake_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
@@ -163,11 +168,14 @@ static void side_vs_plain(int bf16) {
     const double l0 = run_net(c0, bf16, g0, &n0);
     const double l1 = run_net(c1, bf16, g1, &n1);
     CHECK(B.violations == 0, "%lld violations, the first: %s", (long long)B.violations, B.first);
-    /* two convolutions whose input needs a gradient: two weight gradients on the side */
-    CHECK(B.forks == 2 && B.side_filters == 2 && B.joins >= 1 && !B.on && !B.pending,
-          "forks %lld, side weight gradients %lld, joins %lld, on %d, pending %d", (long long)B.forks,
-          (long long)B.side_filters, (long long)B.joins, B.on, B.pending);
-    CHECK(c1->tape.side.forks == 2 && !c1->tape.side.outstanding && c1->tape.side.n_held == 0,
+    /* two convolutions whose input needs a gradient: two weight gradients on the side; under
+     * autocast the queued fp32 accumulations too */
+    CHECK(B.side_filters == 2 && B.forks == 2 + B.side_flushes && (bf16 ? B.side_flushes >= 1 : !B.side_flushes) &&
+              B.joins >= 1 && !B.on && !B.pending,
+          "forks %lld, side weight gradients %lld, side flushes %lld, joins %lld, on %d, pending %d",
+          (long long)B.forks, (long long)B.side_filters, (long long)B.side_flushes, (long long)B.joins, B.on,
+          B.pending);
+    CHECK(c1->tape.side.forks == B.forks && !c1->tape.side.outstanding && c1->tape.side.n_held == 0,
           "the tape's books: %lld forks, outstanding %d, %d held", (long long)c1->tape.side.forks,
           c1->tape.side.outstanding, c1->tape.side.n_held);
     memset(&B, 0, sizeof B);
@@ -192,11 +200,11 @@ static void test_side_needs_backward_and_entries(void) {
     dlt_ctx *c = make_ctx(1, &t), *plain = make_ctx(0, NULL);
     REQUIRE(c && plain, "contexts: %s", dlt_last_error());
     int32_t on = 1;
-    CHECK_OK(dlt__side_begin(c, &on));
+    CHECK_OK(dlt__side_begin(c, 1, 1, &on));
     CHECK(on == 0, "forked outside a backward");
     plain->tape.in_backward = 1;
     on = 1;
-    CHECK_OK(dlt__side_begin(plain, &on));
+    CHECK_OK(dlt__side_begin(plain, 1, 1, &on));
     CHECK(on == 0, "forked on a table without side entries");
     plain->tape.in_backward = 0;
     CHECK_OK(dlt__side_join(c)); /* nothing outstanding: a no-op */

@@ -14,7 +14,8 @@
  * queue), before an accumulation kernel takes a held tensor, before the queued fp32
  * accumulations run, before a hook (DDP) hears a gradient is ready, and when backward
  * ends. Several side works may be outstanding: the side stream runs them in order
- * and one join covers them all. Backends without the entries (CPU) run everything in line;
+ * and one join covers them all; a fork joins first when the held tensors pass 4x
+ * DLT_GRAD_QUEUE_MAX bytes (16 MiB by default). Backends without the entries (CPU) run everything in line;
  * DLT_SIDE_STREAM=0 does the same on CUDA.
  */
 #include "internal.h"
@@ -22,26 +23,42 @@
 static void side_release(dlt_side *sd) {
     for (int32_t i = 0; i < sd->n_held; i++) dlt_tensor_release(sd->held[i]);
     sd->n_held = sd->n_written = 0;
+    sd->held_bytes = 0;
     sd->outstanding = 0;
 }
 
-dlt_status dlt__side_begin(dlt_ctx *ctx, int32_t *on) {
+/* Held memory beyond which a new fork joins the earlier work first: the side's inputs and
+ * the queued gradients its flushes read would otherwise live until the end of backward */
+static uint64_t held_cap(const dlt_ctx *ctx) {
+    const int64_t q = ctx->env.v[DLT__ENV_GRAD_QUEUE_MAX];
+    return 4 * (uint64_t)(q > 0 ? q : 1);
+}
+
+dlt_status dlt__side_begin(dlt_ctx *ctx, int32_t n_hold, int32_t n_written, int32_t *on) {
     dlt_side *sd = &ctx->tape.side;
     *on = 0;
-    if (!ctx->be->side_fork || !ctx->tape.in_backward || !ctx->env.v[DLT__ENV_SIDE_STREAM]) return DLT_OK;
-    /* room for what the caller will hold (a few tensors): else the earlier work joins first */
-    if (sd->n_held > DLT_SIDE_MAX - 4 || sd->n_written > DLT_SIDE_MAX - 1) DLT_CHECK(dlt__side_join(ctx));
+    if (!ctx->be->side_fork || !ctx->tape.in_backward || !ctx->env.v[DLT__ENV_SIDE_STREAM] ||
+        n_hold > DLT_SIDE_MAX || n_written > DLT_SIDE_MAX)
+        return DLT_OK;
+    if (sd->n_held + n_hold > DLT_SIDE_MAX || sd->n_written + n_written > DLT_SIDE_MAX ||
+        sd->held_bytes > held_cap(ctx))
+        DLT_CHECK(dlt__side_join(ctx));
     DLT_CHECK(ctx->be->side_fork(ctx, on));
     sd->forks += *on;
     return DLT_OK;
 }
 
-dlt_status dlt__side_end(dlt_ctx *ctx, dlt_tensor *const *hold, int32_t n_hold, const dlt_tensor *written) {
+dlt_status dlt__side_end(dlt_ctx *ctx, dlt_tensor *const *hold, int32_t n_hold, dlt_tensor *const *written,
+                         int32_t n_written) {
     dlt_side *sd = &ctx->tape.side;
     const dlt_status st = ctx->be->side_unfork(ctx);
-    for (int32_t i = 0; i < n_hold; i++)
-        if (hold[i] && sd->n_held < DLT_SIDE_MAX) sd->held[sd->n_held++] = dlt_tensor_retain(hold[i]);
-    if (written && sd->n_written < DLT_SIDE_MAX) sd->written[sd->n_written++] = written;
+    for (int32_t i = 0; i < n_hold; i++) /* dlt__side_begin made the room */
+        if (hold[i]) {
+            sd->held[sd->n_held++] = dlt_tensor_retain(hold[i]);
+            sd->held_bytes += dlt_tensor_nbytes(hold[i]);
+        }
+    for (int32_t i = 0; i < n_written; i++)
+        if (written[i]) sd->written[sd->n_written++] = written[i];
     sd->outstanding = 1;
     if (st != DLT_OK) { /* the side work may not have been ordered: wait for it now */
         (void)dlt__side_join(ctx);

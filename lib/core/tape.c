@@ -236,13 +236,22 @@ static int64_t pend_limit(const dlt_ctx *ctx) {
 static dlt_status pend_flush(dlt_ctx *ctx) {
     dlt_tape *tp = &ctx->tape;
     if (tp->n_pend == 0) return DLT_OK;
-    int join = 0; /* a queued gradient may come from the side stream, or go where it writes */
-    for (int32_t i = 0; i < tp->n_pend && !join; i++)
+    /* on the side stream where there is one: it is ordered after the side's weight
+     * gradients already, and nothing on the main stream reads these sums before backward
+     * ends (the tape joins before anything touches them) */
+    int32_t side = 0;
+    dlt_status st = dlt__side_begin(ctx, tp->n_pend, tp->n_pend, &side);
+    int join = 0; /* on the main stream: a queued gradient may be the side's, or go where it writes */
+    for (int32_t i = 0; st == DLT_OK && !side && i < tp->n_pend && !join; i++)
         join = dlt__side_holds(ctx, tp->pend_src[i]) || dlt__side_wrote(ctx, tp->pend_dst[i]);
-    dlt_status st = join ? dlt__side_join(ctx) : DLT_OK;
+    if (st == DLT_OK && join) st = dlt__side_join(ctx);
     if (st == DLT_OK)
         st = ctx->be->accumulate_multi(ctx, tp->n_pend, tp->pend_dst, (const dlt_tensor *const *)tp->pend_src,
                                        tp->pend_beta);
+    if (side) {
+        const dlt_status est = dlt__side_end(ctx, tp->pend_src, tp->n_pend, tp->pend_dst, tp->n_pend);
+        if (st == DLT_OK) st = est;
+    }
     for (int32_t i = 0; i < tp->n_pend; i++) {
         tp->pend_dst[i]->grad_pending = 0;
         dlt_tensor_release(tp->pend_src[i]);
@@ -356,7 +365,11 @@ static dlt_status hooks_end(dlt_ctx *ctx, int32_t n, dlt_status st) {
     return st;
 }
 
-dlt_status dlt__tape_flush(dlt_ctx *ctx) { return pend_flush(ctx); }
+/* for dist's hooks: the sums must be on the main stream, where the all-reduce forks from */
+dlt_status dlt__tape_flush(dlt_ctx *ctx) {
+    DLT_CHECK(pend_flush(ctx));
+    return dlt__side_join(ctx);
+}
 
 /* ---- gradient plumbing ---- */
 
@@ -448,7 +461,7 @@ static dlt_status deliver_to_leaf(dlt_ctx *ctx, dlt_tensor *leaf, dlt_tensor *g)
         }
     }
     dlt_status st = leaf_grad_buffer(leaf, &buf);
-    if (st == DLT_OK && dlt__side_holds(ctx, g)) st = dlt__side_join(ctx);
+    if (st == DLT_OK && (dlt__side_holds(ctx, g) || dlt__side_wrote(ctx, buf))) st = dlt__side_join(ctx);
     if (st == DLT_OK) st = be_accumulate(ctx, buf, g, leaf->grad_defined ? 1 : 0);
     dlt_tensor_release(g);
     if (st == DLT_OK) leaf->grad_defined = 1;

@@ -35,10 +35,11 @@ typedef struct dlt_tape_hook {
 /* Work a backward enqueued on the backend's side stream and has not joined yet
  * (lib/core/side.c): the tensors it reads or writes are held until the join, and the leaf
  * gradient buffers it writes are listed so nothing on the main stream touches them first. */
-#define DLT_SIDE_MAX 32
+#define DLT_SIDE_MAX 256
 typedef struct dlt_side {
     int32_t outstanding;
     int32_t n_held, n_written;
+    uint64_t held_bytes;
     dlt_tensor *held[DLT_SIDE_MAX];
     const dlt_tensor *written[DLT_SIDE_MAX];
     int64_t forks, joins; /* counts, for tests */
@@ -147,14 +148,16 @@ void dlt__tape_hook_remove(dlt_ctx *ctx, void *user);
 dlt_status dlt__tape_flush(dlt_ctx *ctx);
 
 /* The side stream (lib/core/side.c). A backward that has independent work (a convolution's
- * weight gradient beside its data gradient) asks dlt__side_begin; when *on comes back 1 it
- * enqueues that work, which must allocate nothing, then calls dlt__side_end whatever
- * happened, naming the tensors the work reads or writes (held until the join) and the leaf
- * gradient buffer it writes directly (or NULL). dlt__side_join makes the main stream wait
+ * weight gradient beside its data gradient, the queued fp32 accumulations) asks
+ * dlt__side_begin with how many tensors it will hold and gradient buffers it will write;
+ * when *on comes back 1 it enqueues that work, which must allocate nothing, then calls
+ * dlt__side_end whatever happened, naming the tensors the work reads or writes (held until
+ * the join) and the leaf gradient buffers it writes (NULL entries are skipped). dlt__side_join makes the main stream wait
  * for the side's work and releases what was held; the tape calls it before anything reads
  * what the side wrote, and when backward ends. */
-dlt_status dlt__side_begin(dlt_ctx *ctx, int32_t *on);
-dlt_status dlt__side_end(dlt_ctx *ctx, dlt_tensor *const *hold, int32_t n_hold, const dlt_tensor *written);
+dlt_status dlt__side_begin(dlt_ctx *ctx, int32_t n_hold, int32_t n_written, int32_t *on);
+dlt_status dlt__side_end(dlt_ctx *ctx, dlt_tensor *const *hold, int32_t n_hold, dlt_tensor *const *written,
+                         int32_t n_written);
 dlt_status dlt__side_join(dlt_ctx *ctx);
 int dlt__side_wrote(const dlt_ctx *ctx, const dlt_tensor *buf);
 /* t shares storage with a tensor held for the side's work */

@@ -40,12 +40,12 @@ static dlt_status conv2d_backward_weight(dlt_node *n, dlt_tensor *x, dlt_tensor 
     }
     if (!direct) DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
     int32_t side = 0;
-    dlt_status st = overlap ? dlt__side_begin(ctx, &side) : DLT_OK;
+    dlt_status st = overlap ? dlt__side_begin(ctx, 3, 1, &side) : DLT_OK;
     if (st == DLT_OK)
         st = ctx->be->conv2d_bwd_filter(ctx, direct ? slot->dst : dw, x, dy, p, direct ? slot->beta : 0);
     if (side) {
-        dlt_tensor *hold[3] = {x, dy, dw};
-        const dlt_status est = dlt__side_end(ctx, hold, 3, direct ? slot->dst : NULL);
+        dlt_tensor *hold[3] = {x, dy, dw}, *written = direct ? slot->dst : NULL;
+        const dlt_status est = dlt__side_end(ctx, hold, 3, &written, 1);
         if (st == DLT_OK) st = est;
     }
     if (st != DLT_OK) {
