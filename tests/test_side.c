@@ -56,23 +56,6 @@ static dlt_status fake_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor
     }
     return g_plain->conv2d_bwd_filter(ctx, dw, x, dy, p, beta);
 }
-static dlt_status fake_linear_bwd_weight(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor *db, const dlt_tensor *x,
-                                         const dlt_tensor *dy, int32_t beta) {
-    if (B.on) {
-        if (B.n + 4 <= 256) {
-            B.ptrs[B.n++] = dlt__data(dw), B.ptrs[B.n++] = dlt__data(x), B.ptrs[B.n++] = dlt__data(dy);
-            if (db) B.ptrs[B.n++] = dlt__data(db);
-        }
-        B.side_filters++;
-    } else if (B.pending && (side_uses(dlt__data(dw)) || (db && side_uses(dlt__data(db))))) {
-        violation("the main stream wrote a weight gradient the side stream is writing");
-    }
-    return g_plain->linear_bwd_weight(ctx, dw, db, x, dy, beta);
-}
-static dlt_status fake_linear_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w) {
-    if (B.on) violation("a data gradient on the side stream");
-    return g_plain->linear_bwd_data(ctx, dx, dy, w);
-}
 static dlt_status fake_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w,
                                 const dlt_conv_params *p) {
     if (B.on) violation("a data gradient on the side stream");
@@ -156,76 +139,6 @@ static double run_net(dlt_ctx *ctx, int bf16, float *grads, int64_t *n_grads) {
     return l;
 }
 
-/* loss = sum(linear(relu(linear(x, w1, b1)), w2, b2) * linear(x, w2, b2)): every linear's
- * weight gradient goes to the side stream (x needs no gradient: w2's second use has no data
- * gradient to overlap, and still forks), w2 and b2 twice */
-static dlt_ctx *make_ctx(int sides, dlt_backend *table);
-
-static double run_mlp(dlt_ctx *ctx, int bf16, float *grads, int64_t *n_grads) {
-    uint64_t s = 3;
-    float xv[6 * 8], w1v[8 * 8], b1v[8], w2v[8 * 8], b2v[8];
-    float *all[5] = {xv, w1v, b1v, w2v, b2v};
-    const size_t n[5] = {6 * 8, 64, 8, 64, 8};
-    for (int k = 0; k < 5; k++)
-        for (size_t i = 0; i < n[k]; i++) all[k][i] = frand(&s);
-    const int64_t xs[2] = {6, 8}, ws[2] = {8, 8}, bs[1] = {8};
-    dlt_tensor *x = th_tensor_f32(ctx, xv, xs, 2), *w1 = th_tensor_f32(ctx, w1v, ws, 2),
-               *b1 = th_tensor_f32(ctx, b1v, bs, 1), *w2 = th_tensor_f32(ctx, w2v, ws, 2),
-               *b2 = th_tensor_f32(ctx, b2v, bs, 1);
-    dlt_tensor *params[4] = {w1, b1, w2, b2};
-    for (int i = 0; i < 4; i++) CHECK_OK(dlt_tensor_set_requires_grad(params[i], 1));
-    dlt_tensor *h = NULL, *r = NULL, *y = NULL, *z = NULL, *p = NULL, *loss = NULL;
-    if (bf16) CHECK_OK(dlt_autocast_begin(ctx, DLT_BF16));
-    CHECK_OK(dlt_linear(x, w1, b1, &h));
-    CHECK_OK(dlt_relu(h, &r));
-    CHECK_OK(dlt_linear(r, w2, b2, &y));
-    CHECK_OK(dlt_linear(x, w2, b2, &z));
-    CHECK_OK(dlt_mul(y, z, &p));
-    if (bf16) CHECK_OK(dlt_autocast_end(ctx));
-    CHECK_OK(dlt_sum(p, &loss));
-    dlt_tensor *tmp[5] = {h, r, y, z, p};
-    for (int i = 0; i < 5; i++) dlt_tensor_release(tmp[i]);
-    CHECK_OK(dlt_backward(loss, NULL));
-    double l = 0;
-    CHECK_OK(dlt_tensor_item(loss, &l));
-    int64_t k = 0;
-    for (int i = 0; i < 4; i++) {
-        const dlt_tensor *g = dlt_tensor_grad(params[i]);
-        REQUIRE(g, "parameter %d has no gradient", i);
-        float *v = th_read_f32(g);
-        memcpy(grads + k, v, (size_t)dlt_tensor_numel(g) * sizeof(float));
-        k += dlt_tensor_numel(g);
-        free(v);
-        dlt_tensor_release(params[i]);
-    }
-    *n_grads = k;
-    dlt_tensor_release(loss);
-    dlt_tensor_release(x);
-    return l;
-}
-
-static void mlp_side_vs_plain(int bf16) {
-    static float g0[256], g1[256];
-    static dlt_backend t1;
-    int64_t n0 = 0, n1 = 0;
-    dlt_ctx *c0 = make_ctx(0, NULL), *c1 = make_ctx(1, &t1);
-    REQUIRE(c0 && c1, "contexts: %s", dlt_last_error());
-    memset(&B, 0, sizeof B);
-    const double l0 = run_mlp(c0, bf16, g0, &n0);
-    const double l1 = run_mlp(c1, bf16, g1, &n1);
-    CHECK(B.violations == 0, "%lld violations, the first: %s", (long long)B.violations, B.first);
-    CHECK(B.side_filters == 3 && B.forks == 3 + B.side_flushes && !B.on && !B.pending,
-          "forks %lld, side weight gradients %lld, side flushes %lld", (long long)B.forks,
-          (long long)B.side_filters, (long long)B.side_flushes);
-    CHECK(n0 == n1 && n0 == 64 + 8 + 64 + 8 && l0 == l1, "sizes %lld %lld, loss %.9g / %.9g", (long long)n0,
-          (long long)n1, l0, l1);
-    CHECK(memcmp(g0, g1, (size_t)n0 * 4) == 0, "linear gradients with the side stream differ from the plain table's");
-    dlt_ctx_destroy(c0), dlt_ctx_destroy(c1);
-}
-
-static void test_side_linear_fp32(void) { mlp_side_vs_plain(0); }
-static void test_side_linear_bf16(void) { mlp_side_vs_plain(1); }
-
 /* ctx with the bookkeeping table (sides = 1) or the plain one (0) */
 static dlt_ctx *make_ctx(int sides, dlt_backend *table) {
     dlt_ctx *ctx = NULL;
@@ -235,7 +148,6 @@ static dlt_ctx *make_ctx(int sides, dlt_backend *table) {
         *table = *g_plain;
         table->side_fork = fake_fork, table->side_unfork = fake_unfork, table->side_join = fake_join;
         table->conv2d_bwd_filter = fake_bwd_filter, table->conv2d_bwd_data = fake_bwd_data;
-        table->linear_bwd_weight = fake_linear_bwd_weight, table->linear_bwd_data = fake_linear_bwd_data;
         table->accumulate = fake_accumulate, table->accumulate_multi = fake_accumulate_multi;
         table->free = fake_free;
         ctx->be = table;
@@ -303,8 +215,6 @@ static void test_side_needs_backward_and_entries(void) {
 int main(void) {
     RUN(test_side_fp32_direct);
     RUN(test_side_bf16_queued);
-    RUN(test_side_linear_fp32);
-    RUN(test_side_linear_bf16);
     RUN(test_side_needs_backward_and_entries);
     return th_done();
 }

@@ -10,16 +10,29 @@
  */
 #include "ops_internal.h"
 
-/* dw (and db) = x^T dy (and the column sums of dy), into the leaves' buffers (direct) or new
- * tensors stored into the slots. On the side stream where the backend has one (lib/core/
- * side.c): it overlaps the data gradient and the nodes after it; everything it needs is
- * allocated before the fork, and the slots are written after it. */
-static dlt_status linear_backward_weight(dlt_node *n, dlt_tensor *x, dlt_tensor *dy, dlt_grad_slot *gin) {
+/* the backward with x given: saved (linear) or recomputed (linear_recompute_backward,
+ * gelu_linear's backward, which computes dx itself: want_dx = 0) */
+dlt_status dlt__linear_backward_x(dlt_node *n, dlt_tensor *x, int want_dx, dlt_tensor *const *gout,
+                                  dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(linear)";
     dlt_ctx *ctx = n->ctx;
-    dlt_tensor *w = n->saved[1];
+    dlt_tensor *w = n->saved[1], *dy = gout[0];
     dlt_status st = DLT_OK;
+    /* an empty dy (M == 0 or N == 0) makes every gradient zero; with K == 0 dx and dw are
+     * empty; empty gradients need no kernel (kernels assume numel > 0) */
     const int empty = dy->numel == 0;
+    if (want_dx && gin[0].needed) {
+        dlt_tensor *dx = NULL;
+        DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
+        st = dx->numel == 0 ? DLT_OK
+             : empty        ? dlt__grad_zero(ctx, dx, 0)
+                            : ctx->be->linear_bwd_data(ctx, dx, dy, w);
+        if (st != DLT_OK) {
+            dlt_tensor_release(dx);
+            return st;
+        }
+        DLT_CHECK(dlt__grad_slot_store(ctx, &gin[0], dx));
+    }
     const int has_b = n->n_in > 2;
     const int need_w = gin[1].needed, need_b = has_b && gin[2].needed;
     if (!need_w && !need_b) return DLT_OK;
@@ -28,43 +41,42 @@ static dlt_status linear_backward_weight(dlt_node *n, dlt_tensor *x, dlt_tensor 
      * both (or the one needed) accept the same beta */
     int direct = need_w && dlt__slot_direct(&gin[1], w) &&
                  (!need_b || (gin[2].dst && gin[2].dst->dtype == w->dtype && gin[2].beta == gin[1].beta));
+    if (direct) {
+        if (empty) {
+            st = dlt__grad_zero(ctx, gin[1].dst, gin[1].beta);
+            if (st == DLT_OK && need_b) st = dlt__grad_zero(ctx, gin[2].dst, gin[1].beta);
+        } else if (w->numel == 0 && !need_b) {
+            st = DLT_OK; /* K == 0: dw is empty */
+        } else {
+            st = ctx->be->linear_bwd_weight(ctx, gin[1].dst, need_b ? gin[2].dst : NULL, x, dy,
+                                            gin[1].beta);
+        }
+        if (st != DLT_OK) return st;
+        gin[1].written = 1;
+        if (need_b) gin[2].written = 1;
+        return DLT_OK;
+    }
     dlt_tensor *dw = NULL, *db = NULL;
-    if (!direct) {
-        DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
-        if (need_b) {
-            st = dlt__tensor_new(ctx, dy->dtype, &nb, 1, DLT_FORMAT_CONTIGUOUS, F, &db);
-            if (st != DLT_OK) {
-                dlt_tensor_release(dw);
-                return st;
-            }
+    DLT_CHECK(dlt__tensor_new_like(w, w->dtype, F, &dw));
+    if (need_b) {
+        st = dlt__tensor_new(ctx, dy->dtype, &nb, 1, DLT_FORMAT_CONTIGUOUS, F, &db);
+        if (st != DLT_OK) {
+            dlt_tensor_release(dw);
+            return st;
         }
     }
-    dlt_tensor *gw = direct ? gin[1].dst : dw, *gb = direct ? (need_b ? gin[2].dst : NULL) : db;
-    const int32_t beta = direct ? gin[1].beta : 0;
-    int32_t side = 0;
     if (empty) {
-        st = dlt__grad_zero(ctx, gw, beta);
-        if (st == DLT_OK && gb) st = dlt__grad_zero(ctx, gb, beta);
-    } else if (w->numel == 0 && !gb) {
+        st = dlt__grad_zero(ctx, dw, 0);
+        if (st == DLT_OK && db) st = dlt__grad_zero(ctx, db, 0);
+    } else if (w->numel == 0 && !db) {
         st = DLT_OK; /* K == 0: dw is empty */
     } else {
-        st = dlt__side_begin(ctx, 4, 2, &side);
-        if (st == DLT_OK) st = ctx->be->linear_bwd_weight(ctx, gw, gb, x, dy, beta);
-        if (side) {
-            dlt_tensor *hold[4] = {x, dy, dw, db}, *written[2] = {direct ? gw : NULL, direct ? gb : NULL};
-            const dlt_status est = dlt__side_end(ctx, hold, 4, written, 2);
-            if (st == DLT_OK) st = est;
-        }
+        st = ctx->be->linear_bwd_weight(ctx, dw, db, x, dy, 0);
     }
     if (st != DLT_OK) {
         dlt_tensor_release(dw);
         dlt_tensor_release(db);
         return st;
-    }
-    if (direct) {
-        gin[1].written = 1;
-        if (need_b) gin[2].written = 1;
-        return DLT_OK;
     }
     if (need_w) {
         st = dlt__grad_slot_store(ctx, &gin[1], dw);
@@ -76,30 +88,6 @@ static dlt_status linear_backward_weight(dlt_node *n, dlt_tensor *x, dlt_tensor 
         else dlt_tensor_release(db);
     }
     return st;
-}
-
-/* the backward with x given: saved (linear) or recomputed (linear_recompute_backward,
- * gelu_linear's backward, which computes dx itself: want_dx = 0). The weight gradient
- * first: on the side stream it overlaps the data gradient. */
-dlt_status dlt__linear_backward_x(dlt_node *n, dlt_tensor *x, int want_dx, dlt_tensor *const *gout,
-                                  dlt_grad_slot *gin) {
-    static const char *F = "dlt_backward(linear)";
-    dlt_ctx *ctx = n->ctx;
-    dlt_tensor *w = n->saved[1], *dy = gout[0];
-    DLT_CHECK(linear_backward_weight(n, x, dy, gin));
-    if (!want_dx || !gin[0].needed) return DLT_OK;
-    /* an empty dy (M == 0 or N == 0) makes every gradient zero; with K == 0 dx is empty;
-     * empty gradients need no kernel (kernels assume numel > 0) */
-    dlt_tensor *dx = NULL;
-    DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
-    const dlt_status st = dx->numel == 0    ? DLT_OK
-                          : dy->numel == 0 ? dlt__grad_zero(ctx, dx, 0)
-                                           : ctx->be->linear_bwd_data(ctx, dx, dy, w);
-    if (st != DLT_OK) {
-        dlt_tensor_release(dx);
-        return st;
-    }
-    return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
 static dlt_status linear_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slot *gin) {
