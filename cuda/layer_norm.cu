@@ -64,8 +64,8 @@ __global__ void ln_fwd_kernel(TY *y, float *mean, float *rstd, const T *x, const
 }
 
 template <typename T, typename TY>
-__global__ void ln_bwd_dx_kernel(T *dx, const TY *dy, const T *x, const float *mean, const float *rstd, const void *w,
-                                 int tw, int64_t M, int64_t N) {
+__global__ void ln_bwd_dx_kernel(T *dx, int acc, const TY *dy, const T *x, const float *mean, const float *rstd,
+                                 const void *w, int tw, int64_t M, int64_t N) {
     const int lane = threadIdx.x & 31;
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -83,7 +83,8 @@ __global__ void ln_bwd_dx_kernel(T *dx, const TY *dy, const T *x, const float *m
         for (int64_t j = lane; j < N; j += 32) {
             const float g = to_f<TY>(dy[base + j]) * (w ? ld_dt(w, tw, j) : 1.0f);
             const float xh = (to_f<T>(x[base + j]) - mu) * rs;
-            dx[base + j] = from_f<T>(rs * (g - sg - xh * sgx));
+            const float v = rs * (g - sg - xh * sgx);
+            dx[base + j] = from_f<T>(acc ? v + to_f<T>(dx[base + j]) : v);
         }
     }
 }
@@ -225,8 +226,8 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(TY *y, float
 /* dx for the rows of this block's warps; with partial, the block's column sums of u * xhat
  * (row 0 of its chunk) and u (row gridDim.x + chunk) as ln_bwd_final_kernel reads them */
 template <typename T, typename TY, typename W, int NV>
-__global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float *partial, const TY *dy, const T *x,
-                                                                    const float *mean, const float *rstd,
+__global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, int acc, float *partial, const TY *dy,
+                                                                    const T *x, const float *mean, const float *rstd,
                                                                     const W *w, int64_t M, int N) {
     constexpr int V = Vec16<T>::N;
     extern __shared__ float red[]; /* [2 N] when partial */
@@ -265,11 +266,13 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, float
         for (int t = 0; t < NV; t++) {
             const int i = lane + 32 * t;
             if (i >= nvec) continue;
-            float o[V];
+            float o[V], prev[V];
+            if (acc) loadv<T, V>(prev, dx + base + (int64_t)i * V); /* the gradient so far (dx_acc) */
 #pragma unroll
             for (int e = 0; e < V; e++) {
                 const float g = u[t][e] * (w ? to_f<W>(w[i * V + e]) : 1.0f);
                 o[e] = rs * (g - sg - xh[t][e] * sgx);
+                if (acc) o[e] += prev[e];
             }
             storev<T, V>(dx + base + (int64_t)i * V, o);
         }
@@ -387,7 +390,7 @@ dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_t
     return DLT_OK;
 }
 
-dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
+dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
                             const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean, const dlt_tensor *rstd,
                             const dlt_tensor *w, int64_t M, int64_t N) {
     cudaStream_t st = dlt__stream(ctx);
@@ -412,7 +415,7 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
         const int32_t wt = w ? w->dtype : x->dtype;
         LN_DISPATCH_XY(x->dtype, dy->dtype, T, TY, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
             ln_bwd_vec_kernel<T, TY, W, NV><<<blocks, LN_VEC_THREADS, smem, st>>>(
-                (T *)dlt__data(dx), partial, (const TY *)dlt__data(dy), (const T *)dlt__data(x),
+                (T *)dlt__data(dx), dx_acc ? 1 : 0, partial, (const TY *)dlt__data(dy), (const T *)dlt__data(x),
                 (const float *)dlt__data(mean), (const float *)dlt__data(rstd), w ? (const W *)dlt__data(w) : nullptr,
                 M, (int)N))));
         DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
@@ -425,7 +428,7 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_te
     }
     LN_DISPATCH_ANY(x->dtype, dy->dtype, T, TY,
         ln_bwd_dx_kernel<T, TY><<<grid_for(M * 32, 256), 256, 0, st>>>(
-            (T *)dlt__data(dx), (const TY *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
+            (T *)dlt__data(dx), dx_acc ? 1 : 0, (const TY *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
             (const float *)dlt__data(rstd), w ? dlt__data(w) : nullptr, w ? w->dtype : 0, M, N));
     DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
     if (!dw && !db) return DLT_OK;

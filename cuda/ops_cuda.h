@@ -130,7 +130,7 @@ dlt_status dlt__cuda_softmax_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor 
                                  int64_t outer, int64_t n, int64_t inner, int32_t log_);
 dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd, const dlt_tensor *x,
                             const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps);
-dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
+dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
                             const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean,
                             const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N);
 dlt_status dlt__cuda_dropout(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,

@@ -8,7 +8,8 @@
  * GELU_AUX epilogue, the "linear_gelu" tape node) and the GELU's derivative in c_proj's
  * data-gradient GEMM (the DGELU epilogue, the "gelu_linear" node; served once per block, read
  * from the context's counter), against the same weights in f32 on the CPU: loss and every
- * parameter gradient. Every case skips without a CUDA device.
+ * parameter gradient. LayerNorm's dx added into the residual gradient inside its backward
+ * kernel, against the CPU. Every case skips without a CUDA device.
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -268,6 +269,78 @@ static void gpt_fused_mlp(int bias) {
 static void test_gpt_fused_mlp_bias(void) { gpt_fused_mlp(1); }
 static void test_gpt_fused_mlp_nobias(void) { gpt_fused_mlp(0); }
 
+/* LayerNorm's dx added into the residual stream's gradient inside its backward kernel
+ * (dx_acc = 1, the tape's non-leaf direct write): y = h + linear(ln(h)), h = 2x, rows of 768
+ * (the vectorised kernel) and of 99 (the per-element one), f32 and bf16, CUDA against the
+ * CPU; a wrapped table counts that the adding path ran. */
+static const dlt_backend *g_cuda_plain;
+static int64_t g_ln_acc_calls;
+static dlt_status count_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db,
+                               int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean,
+                               const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N) {
+    g_ln_acc_calls += dx_acc != 0;
+    return g_cuda_plain->ln_bwd(ctx, dx, dx_acc, dw, db, beta_acc, dy, x, mean, rstd, w, M, N);
+}
+
+static float *residual_ln_xgrad(dlt_ctx *ctx, int32_t dtype, int64_t rows, int64_t n) {
+    float *xv = malloc((size_t)(rows * n) * sizeof(float)), *wv = malloc((size_t)(n * n) * sizeof(float));
+    uint64_t s = 99;
+    for (int64_t i = 0; i < rows * n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        xv[i] = (float)((s >> 40) & 0xffff) / 32768.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < n * n; i++) wv[i] = (float)((i * 37) % 101) / 101.0f / (float)n - 0.5f / (float)n;
+    const int64_t xs[2] = {rows, n}, ws[2] = {n, n}, ns[1] = {n};
+    dlt_tensor *x32 = NULL, *x = NULL, *w = NULL, *h = NULL, *ln = NULL, *l = NULL, *y = NULL, *y2 = NULL,
+               *loss = NULL;
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, xs, 2, 0, xv, (size_t)(rows * n) * sizeof(float), &x32));
+    CHECK_OK(dlt_cast(x32, dtype, &x));
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, ws, 2, 0, wv, (size_t)(n * n) * sizeof(float), &w));
+    dlt_tensor *wc = NULL;
+    CHECK_OK(dlt_cast(w, dtype, &wc));
+    CHECK_OK(dlt_tensor_set_requires_grad(x, 1));
+    CHECK_OK(dlt_mul_scalar(x, NULL, 2.0, &h));
+    CHECK_OK(dlt_layer_norm(h, ns, 1, NULL, NULL, 1e-5, &ln));
+    dlt_tensor *lnc = NULL;
+    CHECK_OK(dlt_cast(ln, dtype, &lnc));
+    CHECK_OK(dlt_linear(lnc, wc, NULL, &l));
+    CHECK_OK(dlt_add(h, l, &y));
+    CHECK_OK(dlt_mul(y, y, &y2));
+    CHECK_OK(dlt_sum(y2, &loss));
+    CHECK_OK(dlt_backward(loss, NULL));
+    float *g = th_read_f32(dlt_tensor_grad(x));
+    dlt_tensor *all[11] = {x32, x, w, wc, h, ln, lnc, l, y, y2, loss};
+    for (int i = 0; i < 11; i++) dlt_tensor_release(all[i]);
+    free(xv), free(wv);
+    return g;
+}
+
+static void test_layer_norm_adds_into_residual_grad(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static dlt_backend counting;
+    g_cuda_plain = cu->be;
+    counting = *g_cuda_plain;
+    counting.ln_bwd = count_ln_bwd;
+    cu->be = &counting;
+    const int64_t widths[2] = {768, 99};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 2; k++) {
+            const int32_t dt = d ? DLT_BF16 : DLT_F32;
+            const int64_t rows = 64, n = widths[k];
+            g_ln_acc_calls = 0;
+            float *gc = residual_ln_xgrad(cu, dt, rows, n), *gr = residual_ln_xgrad(g_cpu, dt, rows, n);
+            const double e = th_rel_err_f(gc, gr, rows * n);
+            printf("# %s, rows of %lld: x's gradient rel err %.3g (CUDA vs CPU), LN adding into it %lld\n",
+                   dlt_dtype_name(dt), (long long)n, e, (long long)g_ln_acc_calls);
+            CHECK(g_ln_acc_calls == 1, "%s N=%lld: LayerNorm's backward added into h's gradient %lld times",
+                  dlt_dtype_name(dt), (long long)n, (long long)g_ln_acc_calls);
+            CHECK(e <= (d ? 2e-2 : 1e-5), "%s N=%lld: rel err %.3g", dlt_dtype_name(dt), (long long)n, e);
+            free(gc), free(gr);
+        }
+    cu->be = g_cuda_plain;
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     g_cpu = th_cpu_ctx();
     RUN(test_resnet50_forward_matches_cpu);
@@ -277,6 +350,7 @@ int main(void) {
     RUN(test_checkpoint_across_devices);
     RUN(test_gpt_fused_mlp_bias);
     RUN(test_gpt_fused_mlp_nobias);
+    RUN(test_layer_norm_adds_into_residual_grad);
     dlt_ctx_destroy(g_cpu);
     return th_done();
 }

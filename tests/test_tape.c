@@ -7,6 +7,8 @@
  */
 #include "harness.h"
 
+#include "../lib/core/internal.h" /* a backend table that watches LayerNorm's backward */
+
 static dlt_ctx *g_ctx;
 
 static dlt_tensor *leaf(const float *v, int64_t n) {
@@ -293,6 +295,77 @@ static void test_leaf_rules(void) {
     dlt_tensor_release(x);
 }
 
+/* A node output's gradient so far goes to the op as its slot's dst when no one else holds it
+ * (non-leaf direct writes): LayerNorm adds its dx there, as the residual stream of a pre-LN
+ * block needs. y = h + linear(ln(h)) with h = 2x: LN's dx must land in h's gradient inside
+ * the LN backward (dx_acc = 1, no accumulate call for it), and x's gradient must equal the
+ * one from y = h + linear(ln(h * 1)), where LN's input is another node and the tape adds. */
+static const dlt_backend *g_plain_be;
+static int64_t g_ln_acc, g_ln_calls, g_accumulates;
+static dlt_status watch_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db,
+                               int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean,
+                               const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N) {
+    g_ln_calls++, g_ln_acc += dx_acc != 0;
+    return g_plain_be->ln_bwd(ctx, dx, dx_acc, dw, db, beta_acc, dy, x, mean, rstd, w, M, N);
+}
+static dlt_status watch_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src, int32_t beta) {
+    g_accumulates++;
+    return g_plain_be->accumulate(ctx, dst, src, beta);
+}
+
+static void residual_ln_grad(dlt_ctx *ctx, int indirect, float *gx) {
+    const float xv[12] = {0.3f, -1.2f, 0.8f, 0.05f, 2.0f, -0.7f, 1.1f, 0.4f, -0.2f, 0.9f, -1.5f, 0.6f};
+    float wv[16];
+    for (int i = 0; i < 16; i++) wv[i] = 0.1f * (float)((i * 7) % 11) - 0.5f;
+    const int64_t xs[2] = {3, 4}, ws[2] = {4, 4}, ns[1] = {4};
+    dlt_tensor *x = th_tensor_f32(ctx, xv, xs, 2), *w = th_tensor_f32(ctx, wv, ws, 2);
+    CHECK_OK(dlt_tensor_set_requires_grad(x, 1));
+    dlt_tensor *h = NULL, *h1 = NULL, *n = NULL, *l = NULL, *y = NULL, *y2 = NULL, *loss = NULL;
+    CHECK_OK(dlt_mul_scalar(x, NULL, 2.0, &h));
+    if (indirect) CHECK_OK(dlt_mul_scalar(h, NULL, 1.0, &h1));
+    CHECK_OK(dlt_layer_norm(indirect ? h1 : h, ns, 1, NULL, NULL, 1e-5, &n));
+    CHECK_OK(dlt_linear(n, w, NULL, &l));
+    CHECK_OK(dlt_add(h, l, &y));
+    CHECK_OK(dlt_mul(y, y, &y2));
+    CHECK_OK(dlt_sum(y2, &loss));
+    dlt_tensor *tmp[6] = {h, h1, n, l, y, y2};
+    for (int i = 0; i < 6; i++) dlt_tensor_release(tmp[i]);
+    CHECK_OK(dlt_backward(loss, NULL));
+    float *g = th_read_f32(dlt_tensor_grad(x));
+    memcpy(gx, g, sizeof(float) * 12);
+    free(g);
+    dlt_tensor_release(loss);
+    dlt_tensor_release(x);
+    dlt_tensor_release(w);
+}
+
+static void test_layer_norm_adds_into_residual_grad(void) {
+    dlt_ctx *ctx = th_cpu_ctx();
+    static dlt_backend watch;
+    g_plain_be = ctx->be;
+    watch = *g_plain_be;
+    watch.ln_bwd = watch_ln_bwd, watch.accumulate = watch_accumulate;
+    ctx->be = &watch;
+    float direct[12], through[12];
+    g_ln_acc = g_ln_calls = g_accumulates = 0;
+    residual_ln_grad(ctx, 0, direct);
+    const int64_t acc_direct = g_accumulates;
+    CHECK(g_ln_calls == 1 && g_ln_acc == 1, "LayerNorm backward %lld calls, %lld adding into h's gradient",
+          (long long)g_ln_calls, (long long)g_ln_acc);
+    g_ln_acc = g_ln_calls = g_accumulates = 0;
+    residual_ln_grad(ctx, 1, through);
+    CHECK(g_ln_calls == 1 && g_ln_acc == 0, "through h * 1: %lld calls, %lld adding", (long long)g_ln_calls,
+          (long long)g_ln_acc);
+    CHECK(acc_direct + 1 == g_accumulates, "accumulate calls: %lld direct, %lld through the tape",
+          (long long)acc_direct, (long long)g_accumulates);
+    CHECK(memcmp(direct, through, sizeof direct) == 0, "x's gradient differs: %.9g vs %.9g (first value)",
+          direct[0], through[0]);
+    double norm = 0;
+    for (int i = 0; i < 12; i++) norm += fabs(direct[i]);
+    CHECK(norm > 1.0, "a gradient of %g says nothing", norm);
+    dlt_ctx_destroy(ctx);
+}
+
 int main(void) {
     g_ctx = th_cpu_ctx();
     RUN(test_simple_chain);
@@ -306,6 +379,7 @@ int main(void) {
     RUN(test_tape_clear_and_detach);
     RUN(test_cast_and_reshape_grads);
     RUN(test_leaf_rules);
+    RUN(test_layer_norm_adds_into_residual_grad);
     dlt_ctx_destroy(g_ctx);
     return th_done();
 }

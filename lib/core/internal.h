@@ -303,11 +303,12 @@ struct dlt_backend {
                               int64_t outer, int64_t n, int64_t inner, int32_t log);
     /* layer norm over rows of x viewed as [M, N]: y = (x - mean) * rstd * w + b (w, b [N] or
      * NULL, any float dtype); mean, rstd f32 [M] saved (rstd = 1/sqrt(biased var + eps)).
-     * Backward writes dx, and dw/db (may be NULL) with beta_acc 0 (overwrite) or 1 (add). */
+     * Backward writes dx (dx_acc 0) or adds into it (1), and dw/db (may be NULL) with
+     * beta_acc 0 (overwrite) or 1 (add). */
     dlt_status (*ln_fwd)(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd,
                          const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *b, int64_t M,
                          int64_t N, double eps);
-    dlt_status (*ln_bwd)(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_tensor *db,
+    dlt_status (*ln_bwd)(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db,
                          int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *x,
                          const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w,
                          int64_t M, int64_t N);

@@ -386,7 +386,11 @@ dlt_status dlt__grad_slot_store(dlt_ctx *ctx, dlt_grad_slot *slot, dlt_tensor *g
                 return fst;
             }
         }
-        if (g->dtype != slot->dst->dtype && pend_push(ctx, slot->dst, g, slot->beta)) {
+        if (slot->nonleaf && (g->dtype != slot->dst->dtype || g->format != slot->dst->format)) {
+            slot->result = g; /* the tape's accumulate_into converts */
+            return DLT_OK;
+        }
+        if (g->dtype != slot->dst->dtype && !slot->nonleaf && pend_push(ctx, slot->dst, g, slot->beta)) {
             slot->written = 1;
             return ctx->tape.pend_bytes >= pend_limit(ctx) ? pend_flush(ctx) : DLT_OK;
         }
@@ -499,6 +503,16 @@ static dlt_status run_node(dlt_ctx *ctx, dlt_node *nd) {
             slots[i].beta = e->leaf->grad_defined;
         } else if (e->node && !e->node->consumed) {
             slots[i].needed = 1;
+            /* the output's gradient so far, when no one else can see it (accumulate_into's
+             * in-place rule): an op may add into it directly */
+            dlt_tensor *acc = e->node->grad_accum[e->index];
+            int dup = 0;
+            for (int32_t k = 0; k < i; k++) dup |= nd->next[k].node == e->node && nd->next[k].index == e->index;
+            if (acc && !dup && acc->refcount == 1 && acc->storage->refcount == 1 && !dlt__side_holds(ctx, acc)) {
+                slots[i].dst = acc;
+                slots[i].beta = 1;
+                slots[i].nonleaf = 1;
+            }
         }
     }
     dlt_status st = nd->backward(nd, nd->grad_accum, slots);

@@ -84,7 +84,9 @@ typedef struct dlt_edge {
 
 /* What backward receives for each input. needed: a gradient is wanted. For a leaf whose
  * buffer can be written directly, dst is that buffer and beta says overwrite (0) or
- * accumulate (1); a backward that writes it sets written = 1. Otherwise the backward sets
+ * accumulate (1); likewise (beta 1, nonleaf) for a node output whose gradient so far no one
+ * else holds, so an op can add into it (LayerNorm's dx into the residual stream's gradient)
+ * instead of handing a result the tape then adds; a backward that writes it sets written = 1. Otherwise the backward sets
  * result to a new tensor and the tape delivers it. dlt__grad_slot_store does either. */
 typedef struct dlt_grad_slot {
     int32_t needed;
@@ -92,6 +94,9 @@ typedef struct dlt_grad_slot {
     int32_t beta;
     int32_t written;
     dlt_tensor *result; /* new reference, or NULL */
+    /* dst is the gradient a node output has accumulated so far (beta 1), not a leaf's
+     * buffer: only same-dtype, same-format writes go there, never through the queue */
+    int32_t nonleaf;
 } dlt_grad_slot;
 
 typedef dlt_status (*dlt_backward_fn)(dlt_node *node, dlt_tensor *const *grad_out,

@@ -40,7 +40,7 @@ dlt_status dlt__cpu_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_te
     return DLT_OK;
 }
 
-dlt_status dlt__cpu_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
+dlt_status dlt__cpu_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
                            const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean,
                            const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N) {
     (void)ctx;
@@ -63,7 +63,16 @@ dlt_status dlt__cpu_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, dlt_tensor *dw, dlt_ten
         for (int64_t j = 0; j < N; j++) {
             const double g = (double)dlt__ld(pu, tu, base + j) * (pw ? (double)dlt__ld(pw, tw, j) : 1.0);
             const double xh = ((double)dlt__ld(px, tx, base + j) - mu) * rs;
-            dlt__st(pd, td, base + j, (float)(rs * (g - sg - xh * sgx)));
+            const float v = (float)(rs * (g - sg - xh * sgx));
+            if (!dx_acc) {
+                dlt__st(pd, td, base + j, v);
+                continue;
+            }
+            /* dx's dtype rounds v first, then one float add: what writing dx and
+             * accumulating it (dlt__cpu_accumulate) gives */
+            const float prev = dlt__ld(pd, td, base + j);
+            dlt__st(pd, td, base + j, v);
+            dlt__st(pd, td, base + j, dlt__ld(pd, td, base + j) + prev);
         }
     }
     if (dw || db) {

@@ -44,7 +44,9 @@ static dlt_status conv2d_backward_weight(dlt_node *n, dlt_tensor *x, dlt_tensor 
     if (st == DLT_OK)
         st = ctx->be->conv2d_bwd_filter(ctx, direct ? slot->dst : dw, x, dy, p, direct ? slot->beta : 0);
     if (side) {
-        dlt_tensor *hold[3] = {x, dy, dw}, *written = direct ? slot->dst : NULL;
+        /* the gradient written is held too: a node output's (non-leaf dst) is read as a
+         * tensor later, and holds() is what the tape checks for those */
+        dlt_tensor *hold[3] = {x, dy, direct ? slot->dst : dw}, *written = direct ? slot->dst : NULL;
         const dlt_status est = dlt__side_end(ctx, hold, 3, &written, 1);
         if (st == DLT_OK) st = est;
     }

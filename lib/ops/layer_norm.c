@@ -15,7 +15,8 @@
  * Gradients (xhat = (x - mean) * rstd, g = u * weight):
  *   dx = rstd * (g - mean_n(g) - xhat * mean_n(g * xhat))
  *   dweight = sum_m u * xhat,  dbias = sum_m u   (written straight into the leaves when
- *   their dtype allows, accumulating)
+ *   their dtype allows, accumulating; dx likewise into the gradient x has so far when the
+ *   tape offers it: the residual add of a pre-LN block's backward, inside the kernel)
  */
 #include "ops_internal.h"
 
@@ -47,6 +48,7 @@ static dlt_status ln_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_sl
     }
     if (!direct) beta = 0;
     dlt_status st = DLT_OK;
+    int dx_direct = 0; /* dx is gin[0].dst, borrowed */
     if (need_w) {
         if (direct) dw = gin[1].dst;
         else DLT_CHECK_GOTO(st, dlt__tensor_new_like(w, w->dtype, F, &dw), fail);
@@ -55,16 +57,27 @@ static dlt_status ln_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_sl
         if (direct) db = gin[2].dst;
         else DLT_CHECK_GOTO(st, dlt__tensor_new_like(b, b->dtype, F, &db), fail);
     }
-    DLT_CHECK_GOTO(st, dlt__tensor_new_like(x, x->dtype, F, &dx), fail);
+    /* dx added straight into the gradient x has so far where the tape offers it (the
+     * residual stream's, in a pre-LN Transformer block): no separate add kernel */
+    dx_direct = dlt__slot_direct(&gin[0], x);
+    if (dx_direct) dx = gin[0].dst;
+    else DLT_CHECK_GOTO(st, dlt__tensor_new_like(x, x->dtype, F, &dx), fail);
     if (at->M > 0 && at->N > 0) {
-        DLT_CHECK_GOTO(st, ctx->be->ln_bwd(ctx, dx, dw, db, beta, u, x, mean, rstd, w, at->M, at->N), fail);
+        DLT_CHECK_GOTO(st, ctx->be->ln_bwd(ctx, dx, dx_direct ? gin[0].beta : 0, dw, db, beta, u, x, mean, rstd, w,
+                                           at->M, at->N),
+                       fail);
     } else { /* no rows: parameter gradients are zero */
         if (dw) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, dw, beta), fail);
         if (db) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, db, beta), fail);
     }
-    st = dlt__grad_slot_store(ctx, &gin[0], dx);
-    dx = NULL;
-    if (st != DLT_OK) goto fail;
+    if (dx_direct) {
+        gin[0].written = 1;
+        dx = NULL;
+    } else {
+        st = dlt__grad_slot_store(ctx, &gin[0], dx);
+        dx = NULL;
+        if (st != DLT_OK) goto fail;
+    }
     if (direct) {
         if (need_w) gin[1].written = 1;
         if (need_b) gin[2].written = 1;
@@ -82,7 +95,7 @@ static dlt_status ln_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_sl
     }
     return DLT_OK;
 fail:
-    dlt_tensor_release(dx);
+    if (!dx_direct) dlt_tensor_release(dx);
     if (!direct) {
         dlt_tensor_release(dw);
         dlt_tensor_release(db);
