@@ -150,11 +150,10 @@ static size_t block_bytes(size_t nbytes) { return nbytes ? (nbytes + 255) & ~(si
 dlt_status dlt__cuda_alloc(dlt_ctx *ctx, size_t nbytes, void **ptr) {
     dlt_cuda_state *s = dlt__cu(ctx);
     const size_t rounded = block_bytes(nbytes);
-    /* the capture's arena places blocks in host order, blind to streams: a block taken and
-     * given back by side-stream work could go to main-stream work while the side still uses
-     * it (side work allocates nothing; this keeps it so) */
-    if (s->side.on && ctx->capturing)
-        return dlt__err(DLT_ERR_INTERNAL, "dlt_alloc", "an allocation on the side stream during a capture");
+    /* side work allocates nothing: a capture's arena places blocks in host order, blind to
+     * streams, so a block taken and given back there could go to main-stream work while the
+     * side still uses it. Refused in eager steps too, so tests catch a new one. */
+    if (s->side.on) return dlt__err(DLT_ERR_INTERNAL, "dlt_alloc", "an allocation on the side stream");
     if (s->gmem && dlt__cuda_gmem_alloc(ctx, rounded, ptr)) {
         s->live_allocs++;
         return DLT_OK;
@@ -274,7 +273,7 @@ dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out) {
 dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (s->side.on) /* one buffer for the main stream's kernels: the side's would race them */
-        return dlt__err(DLT_ERR_INTERNAL, "dlt_scratch", "the scratch is not available on the side stream");
+        return dlt__err(DLT_ERR_INTERNAL, "dlt_scratch", "the scratch buffer is not available on the side stream");
     if (n <= s->scratch_size) {
         *out = s->scratch;
         return DLT_OK;
@@ -296,7 +295,7 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
 dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (s->side.on) /* one buffer for the main stream's kernels: the side's would race them */
-        return dlt__err(DLT_ERR_INTERNAL, "dlt_counters", "the counters is not available on the side stream");
+        return dlt__err(DLT_ERR_INTERNAL, "dlt_counters", "the arrival counters are not available on the side stream");
     if (n <= s->counters_n) {
         *out = s->counters;
         return DLT_OK;

@@ -65,6 +65,7 @@ typedef struct dlt_cuda_state {
         void *other_ws;
         size_t other_ws_size;
         int on;
+        int unavailable; /* creating it failed: one stream */
     } side;
     /* flash: can the tensor-core attention kernels run here (attention_flash.cu)? 0 not yet
      * asked, 1 yes, -1 no (the code the driver picked was compiled below sm_80) */

@@ -14,7 +14,8 @@
  * places the same sequence again inside it. The same sequence gives the same offsets, so it
  * fits; an allocation that does not (a step that allocates differently from one call to the
  * next) goes to the pool and so becomes a graph memory node as before. Blocks are reused
- * within the capture in stream order, which is the graph's order (one stream). The arena
+ * within the capture in host order: every allocation is the context stream's (work on the
+ * side stream allocates nothing, and what it uses is held until it has joined: side.c). The arena
  * lives until its graph is destroyed and its last block released: a tensor the step hands
  * out stays valid, rewritten by each replay. DLT_GRAPH_ARENA=0 leaves all of it to the
  * driver (instantiated with auto-free-on-launch, as before).

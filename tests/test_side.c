@@ -6,7 +6,9 @@
  * gradient (the fake kernels count each such touch as a violation). The gradients must
  * equal the plain CPU table's bit for bit, in fp32 (gradients written straight into the
  * leaves) and under bf16 autocast (queued for the fp32 accumulation, which then runs on the
- * side stream too); DLT_SIDE_STREAM=0 and a table without the entries run in line.
+ * side stream too), and with the weight reached through a format change or a ReLU (nodes
+ * whose backward reads the side's gradient); DLT_SIDE_STREAM=0 and a table without the
+ * entries run in line.
  */
 #include "harness.h"
 
@@ -84,6 +86,19 @@ static void fake_free(dlt_ctx *ctx, void *ptr, size_t nbytes) {
     g_plain->free(ctx, ptr, nbytes);
 }
 
+static dlt_status fake_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src) {
+    if (B.on) violation("a conversion on the side stream");
+    if (B.pending && (side_uses(dlt__data(dst)) || side_uses(dlt__data(src))))
+        violation("a conversion touched the side's gradient before the join");
+    return g_plain->convert(ctx, dst, src);
+}
+static dlt_status fake_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *y) {
+    if (B.on) violation("a ReLU backward on the side stream");
+    if (B.pending && (side_uses(dlt__data(dx)) || side_uses(dlt__data(dy))))
+        violation("a ReLU backward read the side's gradient before the join");
+    return g_plain->relu_bwd(ctx, dx, dy, y);
+}
+
 static float frand(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((*s >> 40) & 0xffff) / 65536.0f - 0.5f;
@@ -149,6 +164,7 @@ static dlt_ctx *make_ctx(int sides, dlt_backend *table) {
         table->side_fork = fake_fork, table->side_unfork = fake_unfork, table->side_join = fake_join;
         table->conv2d_bwd_filter = fake_bwd_filter, table->conv2d_bwd_data = fake_bwd_data;
         table->accumulate = fake_accumulate, table->accumulate_multi = fake_accumulate_multi;
+        table->convert = fake_convert, table->relu_bwd = fake_relu_bwd;
         table->free = fake_free;
         ctx->be = table;
     }
@@ -193,6 +209,73 @@ static void side_vs_plain(int bf16) {
 static void test_side_fp32_direct(void) { side_vs_plain(0); }
 static void test_side_bf16_queued(void) { side_vs_plain(1); }
 
+/* A weight the conv reaches through another node, whose backward reads the gradient the
+ * side stream writes: conv(x_cl, w) with x channels-last and w a contiguous leaf (the
+ * to_format node converts dw back: a cast node, which joins before its convert kernel), and
+ * conv(x, relu(w)) once (the ReLU node's backward reads dw: run_node joins). */
+static double run_indirect(dlt_ctx *ctx, int relu_weight, float *grads, int64_t *n_grads) {
+    uint64_t s = 5;
+    float xv[2 * 4 * 5 * 5], wv[4 * 4 * 3 * 3];
+    for (size_t i = 0; i < sizeof xv / 4; i++) xv[i] = frand(&s);
+    for (size_t i = 0; i < sizeof wv / 4; i++) wv[i] = frand(&s);
+    const int64_t xs[4] = {2, 4, 5, 5}, ws[4] = {4, 4, 3, 3};
+    dlt_tensor *x0 = th_tensor_f32(ctx, xv, xs, 4), *w = th_tensor_f32(ctx, wv, ws, 4), *x = NULL, *wu = NULL;
+    CHECK_OK(dlt_tensor_set_requires_grad(w, 1));
+    if (relu_weight) {
+        x = dlt_tensor_retain(x0);
+        CHECK_OK(dlt_relu(w, &wu));
+    } else { /* a channels-last input of its own (dlt_tensor_to_format copies, unrecorded) */
+        CHECK_OK(dlt_tensor_to_format(x0, DLT_FORMAT_CHANNELS_LAST, &x));
+        wu = dlt_tensor_retain(w);
+    }
+    CHECK_OK(dlt_tensor_set_requires_grad(x, 1));
+    dlt_tensor *a = NULL, *b = NULL, *loss = NULL;
+    CHECK_OK(dlt_conv2d(x, wu, NULL, 1, 1, 1, 1, 1, 1, 1, &a));
+    /* relu(w) used once: its node reads the side's dw itself (a second use would add into it
+     * first, and that accumulation joins) */
+    if (relu_weight) b = dlt_tensor_retain(a);
+    else CHECK_OK(dlt_conv2d(a, wu, NULL, 1, 1, 1, 1, 1, 1, 1, &b));
+    CHECK_OK(dlt_sum(b, &loss));
+    CHECK_OK(dlt_backward(loss, NULL));
+    double l = 0;
+    CHECK_OK(dlt_tensor_item(loss, &l));
+    dlt_tensor *params[2] = {x, w};
+    int64_t k = 0;
+    for (int i = 0; i < 2; i++) {
+        const dlt_tensor *g = dlt_tensor_grad(params[i]);
+        REQUIRE(g, "input %d has no gradient", i);
+        float *v = th_read_f32(g);
+        memcpy(grads + k, v, (size_t)dlt_tensor_numel(g) * sizeof(float));
+        k += dlt_tensor_numel(g);
+        free(v);
+    }
+    *n_grads = k;
+    dlt_tensor *all[7] = {x0, w, x, wu, a, b, loss};
+    for (int i = 0; i < 7; i++) dlt_tensor_release(all[i]);
+    return l;
+}
+
+static void indirect_vs_plain(int relu_weight) {
+    static float g0[512], g1[512];
+    static dlt_backend t1;
+    int64_t n0 = 0, n1 = 0;
+    dlt_ctx *c0 = make_ctx(0, NULL), *c1 = make_ctx(1, &t1);
+    REQUIRE(c0 && c1, "contexts: %s", dlt_last_error());
+    memset(&B, 0, sizeof B);
+    const double l0 = run_indirect(c0, relu_weight, g0, &n0);
+    const double l1 = run_indirect(c1, relu_weight, g1, &n1);
+    CHECK(B.violations == 0, "%lld violations, the first: %s", (long long)B.violations, B.first);
+    CHECK(B.side_filters == (relu_weight ? 1 : 2) && !B.on && !B.pending, "side weight gradients %lld",
+          (long long)B.side_filters);
+    CHECK(n0 == n1 && n0 == 2 * 4 * 25 + 144 && l0 == l1, "sizes %lld %lld, loss %.9g / %.9g", (long long)n0,
+          (long long)n1, l0, l1);
+    CHECK(memcmp(g0, g1, (size_t)n0 * 4) == 0, "gradients with the side stream differ from the plain table's");
+    dlt_ctx_destroy(c0), dlt_ctx_destroy(c1);
+}
+
+static void test_side_weight_through_format_change(void) { indirect_vs_plain(0); }
+static void test_side_weight_through_relu(void) { indirect_vs_plain(1); }
+
 /* Outside a backward (a conv's backward run by hand has no tape to join it) nothing forks;
  * the CPU table has no side entries at all. */
 static void test_side_needs_backward_and_entries(void) {
@@ -215,6 +298,8 @@ static void test_side_needs_backward_and_entries(void) {
 int main(void) {
     RUN(test_side_fp32_direct);
     RUN(test_side_bf16_queued);
+    RUN(test_side_weight_through_format_change);
+    RUN(test_side_weight_through_relu);
     RUN(test_side_needs_backward_and_entries);
     return th_done();
 }

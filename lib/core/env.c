@@ -54,9 +54,9 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
         "\"Memory\")"},
     [DLT__ENV_SIDE_STREAM] = {"DLT_SIDE_STREAM", DLT__ENV_ON, -1, 1, 0, 0,
         "`0` (unset: on)",
-        "`0`: a convolution's weight gradient runs on the context's stream after its data "
-        "gradient instead of beside it on a second stream (eager and captured steps; "
-        "performance.md \"Concurrency\")"},
+        "`0`: a convolution's weight gradient and the queued fp32 gradient accumulations run on "
+        "the context's stream instead of beside the data gradients on a second stream (eager "
+        "and captured steps; performance.md \"Concurrency\")"},
     [DLT__ENV_NVML_LIBRARY] = {"DLT_NVML_LIBRARY", DLT__ENV_PATH, -1, 0, 0, 0,
         "path (`libnvidia-ml.so.1`)",
         "the NVML library the GPU monitor loads with dlopen (read when a monitor starts)"},

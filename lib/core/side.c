@@ -8,15 +8,17 @@
  * (the main stream waits for the side's work). Between the two the side's inputs must stay
  * alive and unchanged, and its outputs unread: the tensors are held here, and released
  * after the join, so the memory pool (and a captured step's arena) cannot hand their blocks
- * to later main-stream work; the gradient buffers it writes are listed, and the tape joins
- * before anything reads them: before a node writes the same leaf's gradient or reads a
- * held tensor as its output's gradient (an autocast cast node only passes it on to the
- * queue), before an accumulation kernel takes a held tensor, before the queued fp32
- * accumulations run, before a hook (DDP) hears a gradient is ready, and when backward
- * ends. Several side works may be outstanding: the side stream runs them in order
- * and one join covers them all; a fork joins first when the held tensors pass 4x
- * DLT_GRAD_QUEUE_MAX bytes (16 MiB by default). Backends without the entries (CPU) run everything in line;
- * DLT_SIDE_STREAM=0 does the same on CUDA.
+ * to later main-stream work; the gradient buffers it writes are listed too. The tape joins
+ * before the main stream touches any of them: before a node writes a leaf gradient the side
+ * wrote or reads a held tensor as its output's gradient (an autocast cast node only passes
+ * it on), before an accumulation kernel takes one, before the queued fp32 accumulations run
+ * on the main stream (they run on the side stream when they can, after its weight
+ * gradients: no join), before a hook (DDP) hears that a gradient the side wrote is ready
+ * and before DDP reduces one, and when backward ends. Several side works may be
+ * outstanding: the side stream runs them in order and one join covers them all; a fork
+ * joins first when the held tensors pass 4x DLT_GRAD_QUEUE_MAX bytes (16 MiB by default).
+ * Backends without the entries (CPU) run everything in line; DLT_SIDE_STREAM=0 does the
+ * same on CUDA.
  */
 #include "internal.h"
 
@@ -71,7 +73,9 @@ dlt_status dlt__side_join(dlt_ctx *ctx) {
     dlt_side *sd = &ctx->tape.side;
     if (!sd->outstanding) return DLT_OK;
     const dlt_status st = ctx->be->side_join(ctx);
-    sd->joins++;
+    sd->joins += st == DLT_OK;
+    /* released either way: a backend whose join fails poisons the context (cuda/side.c),
+     * so no later work can take these blocks while the side may still use them */
     side_release(sd);
     return st;
 }

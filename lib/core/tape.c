@@ -347,7 +347,8 @@ static dlt_status hook_visited(dlt_ctx *ctx, dlt_node *nd) {
     for (int32_t k = 0; k < nd->n_in; k++) {
         dlt_tensor *leaf = nd->next[k].leaf;
         if (!leaf || leaf->hook_gen != tp->hook_gen || --leaf->hook_uses != 0) continue;
-        DLT_CHECK(dlt__side_join(ctx)); /* the hook's work must see the side's gradients */
+        if (leaf->grad && dlt__side_wrote(ctx, leaf->grad)) /* the hook may read it now */
+            DLT_CHECK(dlt__side_join(ctx));
         for (int32_t h = 0; h < tp->n_hooks; h++)
             if (tp->hooks[h].leaf_ready) DLT_CHECK(tp->hooks[h].leaf_ready(tp->hooks[h].user, leaf));
     }
@@ -507,8 +508,10 @@ static dlt_status run_node(dlt_ctx *ctx, dlt_node *nd) {
              * in-place rule): an op may add into it directly */
             dlt_tensor *acc = e->node->grad_accum[e->index];
             int dup = 0;
-            for (int32_t k = 0; k < i; k++) dup |= nd->next[k].node == e->node && nd->next[k].index == e->index;
-            if (acc && !dup && acc->refcount == 1 && acc->storage->refcount == 1 && !dlt__side_holds(ctx, acc)) {
+            for (int32_t k = 0; k < i; k++)
+                dup |= nd->next[k].node == e->node && nd->next[k].index == e->index;
+            if (acc && !dup && acc->refcount == 1 && acc->storage->refcount == 1 &&
+                !dlt__side_holds(ctx, acc)) {
                 slots[i].dst = acc;
                 slots[i].beta = 1;
                 slots[i].nonleaf = 1;

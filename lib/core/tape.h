@@ -86,8 +86,9 @@ typedef struct dlt_edge {
  * buffer can be written directly, dst is that buffer and beta says overwrite (0) or
  * accumulate (1); likewise (beta 1, nonleaf) for a node output whose gradient so far no one
  * else holds, so an op can add into it (LayerNorm's dx into the residual stream's gradient)
- * instead of handing a result the tape then adds; a backward that writes it sets written = 1. Otherwise the backward sets
- * result to a new tensor and the tape delivers it. dlt__grad_slot_store does either. */
+ * instead of handing a result the tape then adds; a backward that writes dst sets
+ * written = 1. Otherwise the backward sets result to a new tensor and the tape delivers
+ * it. dlt__grad_slot_store does either. */
 typedef struct dlt_grad_slot {
     int32_t needed;
     dlt_tensor *dst; /* borrowed, may be NULL */
@@ -157,9 +158,9 @@ dlt_status dlt__tape_flush(dlt_ctx *ctx);
  * dlt__side_begin with how many tensors it will hold and gradient buffers it will write;
  * when *on comes back 1 it enqueues that work, which must allocate nothing, then calls
  * dlt__side_end whatever happened, naming the tensors the work reads or writes (held until
- * the join) and the leaf gradient buffers it writes (NULL entries are skipped). dlt__side_join makes the main stream wait
- * for the side's work and releases what was held; the tape calls it before anything reads
- * what the side wrote, and when backward ends. */
+ * the join) and the leaf gradient buffers it writes (NULL entries are skipped).
+ * dlt__side_join makes the main stream wait for the side's work and releases what was held;
+ * the tape calls it before anything reads what the side wrote, and when backward ends. */
 dlt_status dlt__side_begin(dlt_ctx *ctx, int32_t n_hold, int32_t n_written, int32_t *on);
 dlt_status dlt__side_end(dlt_ctx *ctx, dlt_tensor *const *hold, int32_t n_hold, dlt_tensor *const *written,
                          int32_t n_written);

@@ -91,9 +91,15 @@ static int32_t lookup(const dlt_ddp *d, const dlt_tensor *t) {
 static dlt_status launch(dlt_ddp *d, int32_t bi) {
     ddp_bucket *b = &d->b[bi];
     dlt_ctx *ctx = d->ctx;
-    int pending_acc = 0;
-    for (int32_t j = 0; j < b->n; j++) pending_acc |= d->params[b->idx[j]]->grad->grad_pending;
+    int pending_acc = 0, side = 0;
+    for (int32_t j = 0; j < b->n; j++) {
+        pending_acc |= d->params[b->idx[j]]->grad->grad_pending;
+        side |= dlt__side_wrote(ctx, d->params[b->idx[j]]->grad);
+    }
+    /* the all-reduce forks from the context stream: queued sums applied, and what the side
+     * stream wrote (a weight gradient, a flush) joined, first (dlt__tape_flush joins) */
     if (pending_acc) DLT_CHECK(dlt__tape_flush(ctx));
+    else if (side) DLT_CHECK(dlt__side_join(ctx));
     for (int32_t j = 0; j < b->n; j++) {
         dlt_tensor *p = d->params[b->idx[j]];
         if (!p->grad_defined) { /* no gradient on this rank: it contributes zeros */
