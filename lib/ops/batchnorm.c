@@ -48,7 +48,8 @@ static dlt_status bn_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
     /* gamma/beta gradients straight into the leaves when both can take the same beta */
     const int need_g = n->n_in > 1 && gin[1].needed, need_b = n->n_in > 2 && gin[2].needed;
     const int direct = need_g && need_b && gin[1].dst && gin[2].dst && gin[1].beta == gin[2].beta &&
-                       dlt__slot_direct(&gin[1], gamma);
+                       dlt__slot_direct(&gin[1], gamma) && gin[2].dst->dtype == gamma->dtype &&
+                       gin[2].dst->numel == C && gin[2].dst->format == gamma->format;
     if (direct) {
         dg = gin[1].dst;
         db = gin[2].dst;
