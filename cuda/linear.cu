@@ -377,6 +377,38 @@ dlt_status check_dtype(const dlt_tensor *t, const char *F) {
     return DLT_OK;
 }
 
+/* y [M,N] = x [M,K] w^T (w [N,K]), no epilogue: the forward's GEMM, plain or with GELU_AUX */
+GemmCall fwd_call(dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *w) {
+    GemmCall g;
+    memset(&g, 0, sizeof g);
+    g.kind = GEMM_FWD;
+    g.dtype = x->dtype;
+    g.m = w->shape[0];
+    g.n = x->shape[0];
+    g.k = x->shape[1];
+    g.A = dlt__data(w);
+    g.B = dlt__data(x);
+    g.D = dlt__data(y);
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    return g;
+}
+
+/* dx [M,K] = dy [M,N] w (w [N,K]), no epilogue: the data gradient, plain or with DGELU */
+GemmCall dgrad_call(dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w) {
+    GemmCall g;
+    memset(&g, 0, sizeof g);
+    g.kind = GEMM_DGRAD;
+    g.dtype = dy->dtype;
+    g.m = w->shape[1];
+    g.n = dy->shape[0];
+    g.k = dy->shape[1];
+    g.A = dlt__data(w);
+    g.B = dlt__data(dy);
+    g.D = dlt__data(dx);
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    return g;
+}
+
 } // namespace
 
 extern "C" {
@@ -385,24 +417,12 @@ dlt_status dlt__cuda_linear_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x
                                 const dlt_tensor *b) {
     static const char *F = "dlt_linear";
     DLT_CHECK(check_dtype(x, F));
-    const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[0];
-    if (K == 0) { /* no products: y = b or 0 */
+    if (x->shape[1] == 0) { /* K == 0, no products: y = b or 0 */
         if (b) return bias_broadcast(ctx, y, b, F);
         DLT_CU(ctx, cudaMemsetAsync(dlt__data(y), 0, dlt__nbytes(y), dlt__stream(ctx)), F);
         return DLT_OK;
     }
-    GemmCall g;
-    memset(&g, 0, sizeof g);
-    g.kind = GEMM_FWD;
-    g.dtype = x->dtype;
-    g.m = N;
-    g.n = M;
-    g.k = K;
-    g.A = dlt__data(w);
-    g.B = dlt__data(x);
-    g.D = dlt__data(y);
-    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    g.beta = 0.0f;
+    GemmCall g = fwd_call(y, x, w);
     if (b) {
         int done = 0;
         g.epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -424,20 +444,10 @@ dlt_status dlt__cuda_linear_fwd_gelu(dlt_ctx *ctx, dlt_tensor *g, dlt_tensor *h,
     *served = 0;
     /* 16-bit only (the MLP under autocast); the aux leading dimension N must be a multiple of 8 */
     if ((x->dtype != DLT_F16 && x->dtype != DLT_BF16) || w->shape[0] % 8 != 0 || x->shape[1] == 0) return DLT_OK;
-    GemmCall c;
-    memset(&c, 0, sizeof c);
-    c.kind = GEMM_FWD;
-    c.dtype = x->dtype;
-    c.m = w->shape[0];
-    c.n = x->shape[0];
-    c.k = x->shape[1];
-    c.A = dlt__data(w);
-    c.B = dlt__data(x);
-    c.D = dlt__data(g);
+    GemmCall c = fwd_call(g, x, w);
     c.aux = dlt__data(h);
     c.bias = b ? dlt__data(b) : NULL;
     c.epilogue = b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    c.beta = 0.0f;
     return gemm_try(ctx, c, F, served);
 }
 
@@ -445,20 +455,7 @@ dlt_status dlt__cuda_linear_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_ten
                                      const dlt_tensor *w) {
     static const char *F = "dlt_linear_backward";
     DLT_CHECK(check_dtype(dy, F));
-    const int64_t M = dy->shape[0], N = dy->shape[1], K = w->shape[1];
-    GemmCall g;
-    memset(&g, 0, sizeof g);
-    g.kind = GEMM_DGRAD;
-    g.dtype = dy->dtype;
-    g.m = K;
-    g.n = M;
-    g.k = N;
-    g.A = dlt__data(w);
-    g.B = dlt__data(dy);
-    g.D = dlt__data(dx);
-    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    g.beta = 0.0f;
-    return gemm_must(ctx, g, F);
+    return gemm_must(ctx, dgrad_call(dx, dy, w), F);
 }
 
 dlt_status dlt__cuda_linear_bwd_data_gelu(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w,
@@ -471,19 +468,9 @@ dlt_status dlt__cuda_linear_bwd_data_gelu(dlt_ctx *ctx, dlt_tensor *dx, const dl
     if ((t != DLT_F16 && t != DLT_BF16) || dx->dtype != t || w->dtype != t || h->dtype != t || w->shape[1] % 8 != 0 ||
         dy->shape[0] == 0 || dy->shape[1] == 0)
         return DLT_OK;
-    GemmCall c;
-    memset(&c, 0, sizeof c);
-    c.kind = GEMM_DGRAD;
-    c.dtype = t;
-    c.m = w->shape[1];
-    c.n = dy->shape[0];
-    c.k = dy->shape[1];
-    c.A = dlt__data(w);
-    c.B = dlt__data(dy);
-    c.D = dlt__data(dx);
-    c.aux = dlt__data(h);
+    GemmCall c = dgrad_call(dx, dy, w);
+    c.aux = dlt__data(h); /* read in the layout linear_fwd_gelu wrote it: [K, M] column-major */
     c.epilogue = CUBLASLT_EPILOGUE_DGELU;
-    c.beta = 0.0f;
     return gemm_try(ctx, c, F, served);
 }
 

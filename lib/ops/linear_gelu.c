@@ -71,7 +71,7 @@ dlt_status dlt__linear_gelu(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_
     dlt_ctx *ctx = x->ctx;
     const int32_t ac = dlt__autocast_dtype(ctx);
     /* the cases the fused GEMM takes; everything else (and every error) is dlt_linear's */
-    if (!ctx->be->linear_fwd_gelu || !ctx->be->unary_bwd || (ac != DLT_F16 && ac != DLT_BF16) || x->ndim < 2 ||
+    if (!ctx->be->linear_fwd_gelu || (ac != DLT_F16 && ac != DLT_BF16) || x->ndim < 2 ||
         w->ndim != 2 || w->ctx != ctx || !dlt__is_float(x->dtype) || !dlt__is_float(w->dtype) ||
         x->shape[x->ndim - 1] != w->shape[1] ||
         (bias && (bias->ctx != ctx || bias->ndim != 1 || bias->shape[0] != w->shape[0] ||
