@@ -136,14 +136,7 @@ static void test_cast_bitwise(void) {
 
 int main(void) {
     g_cpu = th_cpu_ctx();
-    const char *self = getenv("DLT_CUDA_OPS_SELFTEST");
-    if (self && self[0] == '1') {
-        g_dev = th_cpu_ctx();
-        printf("# DLT_CUDA_OPS_SELFTEST=1: comparing the CPU backend with itself\n");
-    } else {
-        g_dev = th_cuda_ctx();
-        if (!g_dev) snprintf(g_no_dev, sizeof g_no_dev, "%s", th_skip_reason);
-    }
+    g_dev = th_dev_ctx(g_no_dev, sizeof g_no_dev);
     RUN(test_binary_mixed_bitwise);
     RUN(test_cast_bitwise);
     dlt_ctx_destroy(g_dev);

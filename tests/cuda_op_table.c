@@ -293,13 +293,7 @@ int main(void) {
         printf("Bail out! no CPU context: %s\n", dlt_last_error());
         return 1;
     }
-    const char *self = getenv("DLT_CUDA_OPS_SELFTEST");
-    if (self && self[0] == '1') {
-        if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &g_dev) != DLT_OK) g_dev = NULL;
-    } else {
-        g_dev = th_cuda_ctx();
-        if (!g_dev) snprintf(g_no_dev, sizeof g_no_dev, "%s", th_skip_reason);
-    }
+    g_dev = th_dev_ctx(g_no_dev, sizeof g_no_dev);
     char label[200];
     for (size_t s = 0; th_group_on("table") && s < sizeof STEMS / sizeof STEMS[0]; s++) {
         const ot_stem *st = STEMS[s];

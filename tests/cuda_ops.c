@@ -657,14 +657,7 @@ static void test_layer_norm_to_matches_cast(void) {
 
 int main(void) {
     g_cpu = th_cpu_ctx();
-    const char *self = getenv("DLT_CUDA_OPS_SELFTEST");
-    if (self && self[0] == '1') {
-        g_dev = th_cpu_ctx();
-        printf("# DLT_CUDA_OPS_SELFTEST=1: comparing the CPU backend with itself\n");
-    } else {
-        g_dev = th_cuda_ctx();
-        if (!g_dev) snprintf(g_no_dev, sizeof g_no_dev, "%s", th_skip_reason);
-    }
+    g_dev = th_dev_ctx(g_no_dev, sizeof g_no_dev);
     for (g_row = 0; g_row < N_CASES; g_row++) {
         char name[128];
         snprintf(name, sizeof name, "%s (row %d)", CASES[g_row].name, g_row);

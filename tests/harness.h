@@ -154,6 +154,20 @@ static TH_UNUSED dlt_ctx *th_cpu_ctx(void) {
     return ctx;
 }
 
+/* The device the CUDA comparison programs test: the CUDA context, or with
+ * DLT_CUDA_OPS_SELFTEST=1 a second CPU context (so CI runs the programs' own logic against
+ * the CPU backend). NULL without a device, the reason in why. */
+static TH_UNUSED dlt_ctx *th_dev_ctx(char *why, size_t n) {
+    const char *self = getenv("DLT_CUDA_OPS_SELFTEST");
+    if (self && self[0] == '1') {
+        printf("# DLT_CUDA_OPS_SELFTEST=1: comparing the CPU backend with itself\n");
+        return th_cpu_ctx();
+    }
+    dlt_ctx *ctx = th_cuda_ctx();
+    if (!ctx) snprintf(why, n, "%s", th_skip_reason);
+    return ctx;
+}
+
 /* A whole file's bytes with one spare byte after them, or NULL (*n = 0); the caller frees. */
 static TH_UNUSED unsigned char *th_read_file(const char *path, size_t *n) {
     *n = 0;
@@ -185,6 +199,16 @@ static TH_UNUSED int th_count_files(const char *dir, const char *prefix) {
 }
 
 /* Tensor from float values (converted to dtype on the device). */
+/* An f32 leaf that requires a gradient, of these values, on ctx in format fmt. */
+static TH_UNUSED dlt_tensor *th_param_f32(dlt_ctx *ctx, const int64_t *shape, int32_t nd, int32_t fmt,
+                                          const float *v) {
+    dlt_tensor *t = NULL;
+    CHECK_OK(dlt_tensor_empty(ctx, DLT_F32, shape, nd, fmt, &t));
+    CHECK_OK(dlt_tensor_copy_from_host(t, v, dlt_tensor_nbytes(t)));
+    CHECK_OK(dlt_tensor_set_requires_grad(t, 1));
+    return t;
+}
+
 static TH_UNUSED dlt_tensor *th_tensor_f32(dlt_ctx *ctx, const float *vals, const int64_t *shape, int32_t ndim) {
     int64_t n = 1;
     for (int32_t i = 0; i < ndim; i++) n *= shape[i];

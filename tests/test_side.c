@@ -99,6 +99,20 @@ static dlt_status fake_relu_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *
     return g_plain->relu_bwd(ctx, dx, dy, y);
 }
 
+/* the gradients of params[0..n) one after another into grads (how many in *n_grads) */
+static void read_grads(dlt_tensor *const *params, int n, float *grads, int64_t *n_grads) {
+    int64_t k = 0;
+    for (int i = 0; i < n; i++) {
+        const dlt_tensor *g = dlt_tensor_grad(params[i]);
+        REQUIRE(g, "parameter %d has no gradient", i);
+        float *v = th_read_f32(g);
+        memcpy(grads + k, v, (size_t)dlt_tensor_numel(g) * sizeof(float));
+        k += dlt_tensor_numel(g);
+        free(v);
+    }
+    *n_grads = k;
+}
+
 static float frand(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((*s >> 40) & 0xffff) / 65536.0f - 0.5f;
@@ -138,17 +152,8 @@ static double run_net(dlt_ctx *ctx, int bf16, float *grads, int64_t *n_grads) {
     CHECK_OK(dlt_backward(loss, NULL));
     double l = 0;
     CHECK_OK(dlt_tensor_item(loss, &l));
-    int64_t k = 0;
-    for (int i = 0; i < 4; i++) {
-        const dlt_tensor *g = dlt_tensor_grad(params[i]);
-        REQUIRE(g, "parameter %d has no gradient", i);
-        float *v = th_read_f32(g);
-        memcpy(grads + k, v, (size_t)dlt_tensor_numel(g) * sizeof(float));
-        k += dlt_tensor_numel(g);
-        free(v);
-        dlt_tensor_release(params[i]);
-    }
-    *n_grads = k;
+    read_grads(params, 4, grads, n_grads);
+    for (int i = 0; i < 4; i++) dlt_tensor_release(params[i]);
     dlt_tensor_release(loss);
     dlt_tensor_release(x);
     return l;
@@ -240,16 +245,7 @@ static double run_indirect(dlt_ctx *ctx, int relu_weight, float *grads, int64_t 
     double l = 0;
     CHECK_OK(dlt_tensor_item(loss, &l));
     dlt_tensor *params[2] = {x, w};
-    int64_t k = 0;
-    for (int i = 0; i < 2; i++) {
-        const dlt_tensor *g = dlt_tensor_grad(params[i]);
-        REQUIRE(g, "input %d has no gradient", i);
-        float *v = th_read_f32(g);
-        memcpy(grads + k, v, (size_t)dlt_tensor_numel(g) * sizeof(float));
-        k += dlt_tensor_numel(g);
-        free(v);
-    }
-    *n_grads = k;
+    read_grads(params, 2, grads, n_grads);
     dlt_tensor *all[7] = {x0, w, x, wu, a, b, loss};
     for (int i = 0; i < 7; i++) dlt_tensor_release(all[i]);
     return l;
