@@ -166,6 +166,55 @@ __device__ __forceinline__ float zmul(const dlt_sdpa_params &p, uint64_t off, in
     return dlt__philox_uniform(p.seed, off, e) >= (float)p.dropout_p ? keep_scale : 0.0f;
 }
 
+/* The dropout multipliers z[e] of a lane's four C-fragment weights, e = 2 r + c: query row
+ * ri[r], key column j + c (j = the lane's first column, even). With S % 4 == 0 a row starts
+ * on a Philox block and the columns of lanes t and t^1 fill one block: the even lane
+ * computes row 0's block, the odd lane row 1's, and each hands its partner the two words
+ * it needs, one Philox per lane where zmul would run four. All 32 lanes must call it. */
+__device__ __forceinline__ void zmul_rows(const dlt_sdpa_params &p, uint64_t off, int64_t bh, const int64_t ri[2],
+                                          int64_t j, int t, float keep_scale, float z[4]) {
+    if ((p.S & 3) != 0) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) z[e] = zmul(p, off, bh, ri[e >> 1], j + (e & 1), keep_scale);
+        return;
+    }
+    const bool odd = (t & 1) != 0;
+    const int64_t i = odd ? ri[1] : ri[0], jb = j & ~(int64_t)3;
+    const dlt_philox_out o = dlt__philox(p.seed, off + (uint64_t)((bh * p.T + i) * p.S + jb) / 4);
+    const uint32_t mine0 = odd ? o.v[2] : o.v[0], mine1 = odd ? o.v[3] : o.v[1];
+    const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? o.v[0] : o.v[2], 1);
+    const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? o.v[1] : o.v[3], 1);
+    const uint32_t w[4] = {odd ? got0 : mine0, odd ? got1 : mine1, odd ? mine0 : got0, odd ? mine1 : got1};
+#pragma unroll
+    for (int e = 0; e < 4; e++) z[e] = dlt__u32_to_unit(w[e]) >= (float)p.dropout_p ? keep_scale : 0.0f;
+}
+
+/* The same for the dk/dv kernel's transposed fragment: slot e = 2 r + c is key row rj[r],
+ * query column i + c. The keys of lanes 4g + t with g = 4a .. 4a+3 fill one block for a
+ * query, so the lane's four weights lie in four blocks (one per slot): lane q = g % 4
+ * computes slot q's block and the four lanes swap words, a 4 x 4 transpose by shuffles
+ * over lanes 4, 8 and 12 apart. All 32 lanes must call it. */
+__device__ __forceinline__ void zmul_cols(const dlt_sdpa_params &p, uint64_t off, int64_t bh, int64_t i,
+                                          const int64_t rj[2], int lane, float keep_scale, float z[4]) {
+    if ((p.S & 3) != 0) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) z[e] = zmul(p, off, bh, i + (e & 1), rj[e >> 1], keep_scale);
+        return;
+    }
+    const uint32_t q = (uint32_t)(lane >> 2) & 3u;
+    const int64_t jb = ((q >> 1) ? rj[1] : rj[0]) - (int64_t)q; /* the block's first key */
+    const dlt_philox_out o = dlt__philox(p.seed, off + (uint64_t)((bh * p.T + i + (q & 1)) * p.S + jb) / 4);
+    /* round d sends word q^d of my block to the lane whose q is q^d: r.v[d] is slot q^d */
+    dlt_philox_out r;
+    r.v[0] = dlt__philox_word(&o, q);
+    r.v[1] = __shfl_xor_sync(0xffffffffu, dlt__philox_word(&o, q ^ 1u), 4);
+    r.v[2] = __shfl_xor_sync(0xffffffffu, dlt__philox_word(&o, q ^ 2u), 8);
+    r.v[3] = __shfl_xor_sync(0xffffffffu, dlt__philox_word(&o, q ^ 3u), 12);
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        z[e] = dlt__u32_to_unit(dlt__philox_word(&r, q ^ (uint32_t)e)) >= (float)p.dropout_p ? keep_scale : 0.0f;
+}
+
 __device__ __forceinline__ float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -271,7 +320,9 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, flo
             m[r] = mx[r];
         }
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++)
+        for (int nb = 0; nb < NB; nb++) {
+            float z[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            if (drop) zmul_rows(p, off, bh, ri, j0 + nb * 8 + 2 * t, t, keep_scale, z);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1;
@@ -279,10 +330,11 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, flo
                 rs[r] += pv;
                 if (drop) {
                     const int64_t j = j0 + nb * 8 + 2 * t + (e & 1);
-                    pv = (ri[r] < p.T && j < p.S) ? pv * zmul(p, off, bh, ri[r], j, keep_scale) : 0.0f;
+                    pv = (ri[r] < p.T && j < p.S) ? pv * z[e] : 0.0f;
                 }
                 s[nb][e] = pv;
             }
+        }
 #pragma unroll
         for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + rs[r]; /* per-lane part; summed at the end */
 #pragma unroll
@@ -392,16 +444,19 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, con
             }
         }
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++)
+        for (int nb = 0; nb < NB; nb++) {
+            float zz[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            if (drop) zmul_rows(p, off, bh, ri, j0 + nb * 8 + 2 * t, t, keep_scale, zz);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1;
                 const int64_t j = j0 + nb * 8 + 2 * t + (e & 1);
                 const bool vis = !edge || (ri[r] < p.T && j < p.S && !(p.causal && j > ri[r]));
                 const float pv = vis ? expf(s[nb][e] * scale - ls[r]) : 0.0f;
-                const float z = (drop && vis) ? zmul(p, off, bh, ri[r], j, keep_scale) : 1.0f;
+                const float z = (drop && vis) ? zz[e] : 1.0f;
                 s[nb][e] = pv * (dp[nb][e] * z - dl[r]); /* dS */
             }
+        }
 #pragma unroll
         for (int kc = 0; kc < BC / 16; kc++) {
             uint32_t a[4];
@@ -510,17 +565,20 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dkv_kernel(T *dk, T 
             }
         }
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++)
+        for (int nb = 0; nb < NB; nb++) {
+            float zz[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            if (drop) zmul_cols(p, off, bh, i0 + nb * 8 + 2 * t, rj, lane, keep_scale, zz);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1, c = nb * 8 + 2 * t + (e & 1);
                 const int64_t i = i0 + c, j = rj[r];
                 const bool vis = !edge || (i < p.T && j < p.S && !(p.causal && j > i));
                 const float pv = vis ? expf(s[nb][e] * scale - sL[c]) : 0.0f;
-                const float z = (drop && vis) ? zmul(p, off, bh, i, j, keep_scale) : 1.0f;
+                const float z = (drop && vis) ? zz[e] : 1.0f;
                 s[nb][e] = pv * (dp[nb][e] * z - sD[c]); /* dS^T */
                 dp[nb][e] = pv * z;                      /* (P Z)^T */
             }
+        }
 #pragma unroll
         for (int kc = 0; kc < BQ / 16; kc++) {
             uint32_t ap[4], as[4];

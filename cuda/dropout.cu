@@ -3,8 +3,7 @@
  * (seed, offset + *rng_base, i) is >= p, then scaled by 1/(1-p). lib/kernel/philox.h is the
  * same code the CPU backend runs, so a seed gives the same mask on both. The base is read
  * on the device (a replayed graph sees the value its previous replay left); rng_advance adds
- * to it, as the last node of a captured step. Compile-checked; first run on a GPU is the
- * next session's.
+ * to it, as the last node of a captured step.
  */
 #include "../lib/kernel/philox.h"
 #include "nd.cuh"
@@ -14,13 +13,21 @@ using namespace dlt;
 
 namespace {
 
+/* One Philox block per thread: its four words are the uniforms of elements 4k..4k+3
+ * (dlt__philox_uniform's numbering), so each block is computed once, not once per element. */
 template <typename T>
 __global__ void dropout_kernel(T *y, const T *x, int64_t n, float p, float scale, uint64_t seed, uint64_t offset,
                                const uint64_t *base) {
     const uint64_t off = offset + *base;
-    DLT_GRID_STRIDE(i, n) {
-        const bool keep = dlt__philox_uniform(seed, off, (uint64_t)i) >= p;
-        y[i] = from_f<T>(keep ? to_f<T>(x[i]) * scale : 0.0f);
+    DLT_GRID_STRIDE(k, (n + 3) / 4) {
+        const dlt_philox_out o = dlt__philox(seed, off + (uint64_t)k);
+#pragma unroll
+        for (uint32_t w = 0; w < 4; w++) {
+            const int64_t i = 4 * k + w;
+            if (i >= n) break;
+            const bool keep = dlt__u32_to_unit(dlt__philox_word(&o, w)) >= p;
+            y[i] = from_f<T>(keep ? to_f<T>(x[i]) * scale : 0.0f);
+        }
     }
 }
 
@@ -36,7 +43,7 @@ dlt_status dlt__cuda_dropout(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, d
     DLT_CHECK(same_dtype("dlt_dropout", x->dtype, y));
     const float scale = p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     DLT_DISPATCH_FLOAT(x->dtype, T,
-        dropout_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>(
+        dropout_kernel<T><<<grid_for((n + 3) / 4, 256), 256, 0, dlt__stream(ctx)>>>(
             (T *)dlt__data(y), (const T *)dlt__data(x), n, (float)p, scale, seed, offset,
             (const uint64_t *)ctx->rng_base));
     DLT_CU_LAUNCHED(ctx, "dlt_dropout");

@@ -111,6 +111,11 @@ static const ot_case CASES[] = {
      {1, 1, 130, 128}, -1, {1}, {0.2}, .flags = OT_NO_FD},
     {"tiles: dropout 0.1, 64 queries, 129 keys, head dim 64", fwd, ref, 3, QKV(1, 2, 64, 129, 64), 4,
      {1, 2, 64, 64}, -1, {0}, {0.1}, .flags = OT_NO_FD},
+    /* key counts that are multiples of 4: the kernels' lanes share Philox blocks */
+    {"tiles: causal, dropout 0.2, 128 tokens, head dim 64", fwd, ref, 3, QKV(1, 2, 128, 128, 64), 4,
+     {1, 2, 128, 64}, -1, {1}, {0.2}, .flags = OT_NO_FD},
+    {"tiles: dropout 0.1, 96 queries, 132 keys, head dim 64", fwd, ref, 3, QKV(1, 1, 96, 132, 64), 4,
+     {1, 1, 96, 64}, -1, {0}, {0.1}, .flags = OT_NO_FD},
     {"tiles: head dim 48 (padded to 64), 100 tokens, causal", fwd, ref, 3, QKV(2, 1, 100, 100, 48), 4,
      {2, 1, 100, 48}, -1, {1}, .flags = OT_NO_FD},
     {"tiles: head dim 96 (padded to 128), scale 0.2, 70 queries, 64 keys", fwd, ref, 3, QKV(1, 1, 70, 64, 96), 4,
@@ -147,6 +152,8 @@ static const ot_case CASES[] = {
      {{OT_X, 3, {2, 256, 288}, -1, 1, 0}}, 3, {2, 256, 96}, -1, {0, 3}, .flags = OT_NO_FD},
     {"packed qkv: 130 tokens, 2 heads of 64, causal, dropout 0.1 (flash)", fwd_packed, ref_packed, 1,
      {{OT_X, 3, {1, 130, 384}, -1, 1, 0}}, 3, {1, 130, 128}, -1, {1, 2}, {0.1}, .flags = OT_NO_FD},
+    {"packed qkv: 2 x 128 tokens, 2 heads of 64, causal, dropout 0.2 (flash)", fwd_packed, ref_packed, 1,
+     {{OT_X, 3, {2, 128, 384}, -1, 1, 0}}, 3, {2, 128, 128}, -1, {1, 2}, {0.2}, .flags = OT_NO_FD},
 };
 
 static dlt_status e_shape(dlt_ctx *ctx, int *out_touched) {
