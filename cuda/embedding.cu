@@ -4,12 +4,11 @@
  *             [0, V) cannot be reported without a host sync, so its row is NaN (the loss
  *             then is NaN, as cross-entropy does with a bad target);
  *   backward  deterministic whatever the mode: the indices are sorted with their positions
- *             (CUB radix sort, stable, so equal indices keep position order), then one warp
- *             per run of equal indices adds that run's gradient rows in order into dW[v].
- *             No atomics: the same bits every run. padding_idx and out-of-range indices are
- *             skipped.
+ *             (CUB radix sort, stable, so equal indices keep position order), then a block
+ *             per run of equal indices and 32 columns sums the run's gradient rows over its
+ *             eight warps and adds the warps' sums in a fixed order into dW[v]. No atomics:
+ *             the same bits every run. padding_idx and out-of-range indices are skipped.
  * The sort's buffers come from the context's scratch (sized in warm-up before a capture).
- * Compile-checked; first run on a GPU is the next session's.
  */
 #include <cub/device/device_radix_sort.cuh>
 
@@ -37,24 +36,53 @@ template <typename I> __global__ void iota_keys_kernel(int64_t *keys, int32_t *p
     }
 }
 
-/* One warp per sorted position that starts a run; the warp adds the run's rows. */
+/* One block per run of equal sorted indices and 32 columns (blockIdx.y): warp w adds rows
+ * w, w + 8, ... of the run, then warp 0 adds the eight partial sums in warp order. A run
+ * of any length is spread over the block's warps and a wide row over blocks, so a small
+ * vocabulary (65 characters: runs of hundreds of rows) keeps the GPU busy; the order is
+ * fixed, so the result is deterministic. Blocks stride over sorted positions and skip
+ * those that do not start a run (block-uniform, so the barriers are safe). */
+constexpr int EMB_WARPS = 8;
 template <typename T>
-__global__ void embedding_bwd_kernel(void *dw, int tdw, const T *dy, const int64_t *keys, const int32_t *pos, int64_t n,
-                                     int64_t V, int64_t D, int64_t padding_idx, int beta) {
-    const int lane = threadIdx.x & 31;
-    const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    for (int64_t s = first; s < n; s += step) {
+__global__ void __launch_bounds__(EMB_WARPS * 32) embedding_bwd_kernel(void *dw, int tdw, const T *dy, const int64_t *keys,
+                                                                    const int32_t *pos, int64_t n, int64_t V, int64_t D,
+                                                                    int64_t padding_idx, int beta) {
+    __shared__ float part[EMB_WARPS][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t s = blockIdx.x; s < n; s += gridDim.x) {
         const int64_t v = keys[s];
         if (v >= V || v == padding_idx || (s > 0 && keys[s - 1] == v)) continue;
-        int64_t e = s;
-        while (e < n && keys[e] == v) e++;
-        for (int64_t j = lane; j < D; j += 32) {
-            float acc = beta ? ld_dt(dw, tdw, v * D + j) : 0.0f;
-            for (int64_t r = s; r < e; r++) acc += to_f<T>(dy[(int64_t)pos[r] * D + j]);
-            st_dt(dw, tdw, v * D + j, acc);
+        /* the run's end (keys are sorted): gallop, then bisect; a run of one reads one key */
+        int64_t step = 1;
+        while (s + step < n && keys[s + step] == v) step <<= 1;
+        int64_t lo = s + (step >> 1) + 1, hi = s + step < n ? s + step : n;
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (keys[mid] == v) lo = mid + 1;
+            else hi = mid;
+        }
+        for (int64_t j = (int64_t)blockIdx.y * 32 + lane; j - lane < D; j += (int64_t)gridDim.y * 32) {
+            float acc = 0.0f;
+            if (j < D)
+                for (int64_t r = s + warp; r < lo; r += EMB_WARPS) acc += to_f<T>(dy[(int64_t)pos[r] * D + j]);
+            part[warp][lane] = acc;
+            __syncthreads();
+            if (warp == 0 && j < D) {
+                float sum = beta ? ld_dt(dw, tdw, v * D + j) : 0.0f;
+#pragma unroll
+                for (int w = 0; w < EMB_WARPS; w++) sum += part[w][lane];
+                st_dt(dw, tdw, v * D + j, sum);
+            }
+            __syncthreads(); /* part is rewritten next */
         }
     }
+}
+
+/* blocks over sorted positions (at most 4096: each strides over n / 4096 of them) times
+ * 32-column tiles of the row (at most 65535: the kernel strides over the rest) */
+static dim3 bwd_grid(int64_t n, int64_t D) {
+    const int64_t x = n < 4096 ? (n > 0 ? n : 1) : 4096, y = D > 0 ? (D + 31) / 32 : 1;
+    return dim3((unsigned)x, (unsigned)(y < 65535 ? y : 65535));
 }
 
 } // namespace
@@ -107,8 +135,8 @@ dlt_status dlt__cuda_embedding_bwd(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tenso
            F);
     if (!beta) DLT_CU(ctx, cudaMemsetAsync(dlt__data(dw), 0, dlt__nbytes(dw), st), F);
     DLT_DISPATCH_FLOAT(dy->dtype, T,
-        embedding_bwd_kernel<T><<<grid_for(n * 32, 256), 256, 0, st>>>(dlt__data(dw), dw->dtype, (const T *)dlt__data(dy),
-                                                                       keys_out, pos_out, n, V, D, padding_idx, 1));
+        embedding_bwd_kernel<T><<<bwd_grid(n, D), EMB_WARPS * 32, 0, st>>>(
+            dlt__data(dw), dw->dtype, (const T *)dlt__data(dy), keys_out, pos_out, n, V, D, padding_idx, 1));
     DLT_CU_LAUNCHED(ctx, F);
     return DLT_OK;
 }

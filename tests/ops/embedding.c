@@ -25,6 +25,11 @@ static const ot_case CASES[] = {
     /* V = 300: the CUDA backward's radix sort over 9 key bits, several passes */
     {"300 rows, 500 i64 indices", fwd, ref, 2, {{OT_X, 2, {300, 3}, 0, 0, 0}, {OT_I64, 1, {500}, 0, 300, 0}}, 2,
      {500, 3}, -1, {DLT_NO_PADDING_IDX}},
+    /* 5000 indices into 5 rows of 70: runs of ~1000 rows spread over the CUDA backward's
+     * eight warps, three 32-column tiles (the last partial), and more sorted positions than
+     * its 4096 blocks, which then stride */
+    {"5 rows of 70, 5000 i64 indices (long runs)", fwd, ref, 2, {{OT_X, 2, {5, 70}, 0, 0, 0}, {OT_I64, 1, {5000}, 0, 5, 0}},
+     2, {5000, 70}, -1, {DLT_NO_PADDING_IDX}, .flags = OT_NO_FD},
     /* padding_idx: the forward reads the row, the gradient skips it, which a finite
      * difference of the forward cannot check (PyTorch's rule, not the derivative): CUDA
      * against the CPU only, with long runs of repeated indices */
