@@ -11,7 +11,8 @@
  * the warm-up + cosine schedule, gradient accumulation with the loss divided by --accum,
  * clipping after unscaling, fp16 with the GradScaler. The iteration itself is gpt_step.c
  * (shared with bench_gpt); on CUDA it runs as one captured graph (--eager: plain calls),
- * evaluation eagerly between replays. Checkpoints, the closing table, the run record and
+ * and so does each split's evaluation batch, replayed --eval-iters times between the
+ * training replays (the losses summed in f32 on the device; eagerly: in double on the host). Checkpoints, the closing table, the run record and
  * sampling are in gpt_train_out.c. nanoGPT's loop trains one more step after its last evaluation (iteration
  * max_iters), which no evaluation or checkpoint ever sees; this loop stops at that
  * evaluation, so --iters N trains N iterations.
@@ -279,16 +280,36 @@ static dlt_status close_segment(run *r, int64_t last) {
     return DLT_OK;
 }
 
-/* nanoGPT's estimate_loss for one split: evaluation e reads draws e*eval_iters onwards of
- * the split's own loader (so an evaluation never moves the training batches, and a resumed
- * run evaluates on the same batches). Eval mode, no gradients, the training precision. */
-static dlt_status estimate_loss(run *r, dlt_token_loader *ld, int64_t e, float *out) {
+/* One evaluation batch of a split: draw, forward (the caller set eval mode and no grad), and
+ * eval_sum += loss. Enqueues work only, so dlt_graph_create can capture it. */
+static dlt_status eval_batch(void *user) {
+    eval_pass *ev = user;
+    run *r = ev->r;
     const options *o = &r->o;
-    dlt_status st = dlt_token_loader_seek(ld, e * o->eval_iters);
-    int32_t prev = 1;
-    if (st == DLT_OK) st = dlt_grad_set_enabled(r->ctx, 0, &prev);
-    if (st != DLT_OK) return st;
-    st = dlt_module_set_training(r->s.model, 0);
+    dlt_tensor *x = NULL, *y = NULL, *loss = NULL, *l1 = NULL, *sum = NULL;
+    const int64_t one = 1;
+    dlt_status st = dlt_token_loader_next(ev->ld, &x, &y);
+    if (st == DLT_OK && o->amp != DLT_F32) st = dlt_autocast_begin(r->ctx, o->amp);
+    if (st == DLT_OK) {
+        st = dlt_gpt_forward(r->s.model, x, y, NULL, &loss);
+        dlt_status st2 = o->amp != DLT_F32 ? dlt_autocast_end(r->ctx) : DLT_OK;
+        if (st == DLT_OK) st = st2;
+    }
+    if (st == DLT_OK) st = dlt_reshape(loss, &one, 1, &l1);
+    if (st == DLT_OK) st = dlt_tensor_copy(r->eval_one, l1); /* the loss as f32 */
+    if (st == DLT_OK) st = dlt_add(r->eval_sum, r->eval_one, &sum);
+    if (st == DLT_OK) st = dlt_tensor_copy(r->eval_sum, sum);
+    dlt_tensor_release(sum);
+    dlt_tensor_release(l1);
+    dlt_tensor_release(loss);
+    return st;
+}
+
+/* The eager evaluation: each batch's loss into its slot of eval_losses, summed on the host
+ * in double (nanoGPT's losses[k] = loss.item(), then the mean). */
+static dlt_status eval_eager(run *r, dlt_token_loader *ld, double *sum) {
+    const options *o = &r->o;
+    dlt_status st = DLT_OK;
     for (int64_t k = 0; st == DLT_OK && k < o->eval_iters; k++) {
         dlt_tensor *x = NULL, *y = NULL, *loss = NULL, *l1 = NULL, *slot = NULL;
         const int64_t one = 1;
@@ -310,11 +331,45 @@ static dlt_status estimate_loss(run *r, dlt_token_loader *ld, int64_t e, float *
     if (st == DLT_OK && !v) st = dlt_set_error(DLT_ERR_OUT_OF_MEMORY, "gpt_train: out of memory");
     if (st == DLT_OK) st = dlt_tensor_copy_to_host(r->eval_losses, v, (size_t)o->eval_iters * sizeof *v);
     if (st == DLT_OK) {
-        double sum = 0;
-        for (int64_t k = 0; k < o->eval_iters; k++) sum += v[k];
-        *out = (float)(sum / (double)o->eval_iters); /* nanoGPT: the float32 mean */
+        *sum = 0;
+        for (int64_t k = 0; k < o->eval_iters; k++) *sum += v[k];
     }
     free(v);
+    return st;
+}
+
+/* The captured evaluation: eval_sum zeroed, the split's batch graph replayed eval_iters
+ * times (created at the split's first evaluation, whose warm-up call is its first batch),
+ * then one read. The losses add up in f32 on the device, in batch order. */
+static dlt_status eval_graphed(run *r, eval_pass *ev, double *sum) {
+    const options *o = &r->o;
+    dlt_status st = dlt_tensor_fill(r->eval_sum, 0.0);
+    int64_t k = 0;
+    if (st == DLT_OK && !ev->graph && o->eval_iters > 0) {
+        ev->r = r;
+        st = dlt_graph_create(r->ctx, eval_batch, ev, 1, &ev->graph);
+        k = 1; /* the warm-up call evaluated the first batch */
+    }
+    for (; st == DLT_OK && k < o->eval_iters; k++) st = dlt_graph_run(ev->graph);
+    if (st == DLT_OK) st = dlt_tensor_item(r->eval_sum, sum);
+    return st;
+}
+
+/* nanoGPT's estimate_loss for one split (0 train, 1 val): evaluation e reads draws
+ * e*eval_iters onwards of the split's own loader (so an evaluation never moves the training
+ * batches, and a resumed run evaluates on the same batches). Eval mode, no gradients, the
+ * training precision; the mean of the batches' losses. */
+static dlt_status estimate_loss(run *r, int split, int64_t e, float *out) {
+    const options *o = &r->o;
+    eval_pass *ev = &r->evp[split];
+    dlt_status st = dlt_token_loader_seek(ev->ld, e * o->eval_iters);
+    int32_t prev = 1;
+    if (st == DLT_OK) st = dlt_grad_set_enabled(r->ctx, 0, &prev);
+    if (st != DLT_OK) return st;
+    st = dlt_module_set_training(r->s.model, 0);
+    double sum = 0;
+    if (st == DLT_OK) st = r->eval_graphs ? eval_graphed(r, ev, &sum) : eval_eager(r, ev->ld, &sum);
+    if (st == DLT_OK) *out = (float)(sum / (double)o->eval_iters);
     dlt_status st2 = dlt_module_set_training(r->s.model, 1);
     dlt_status st3 = dlt_grad_set_enabled(r->ctx, prev, NULL);
     return st != DLT_OK ? st : st2 != DLT_OK ? st2 : st3;
@@ -447,6 +502,14 @@ int main(int argc, char **argv) {
         TRY(dlt_tensor_zeros(r->ctx, DLT_F32, &n1, 1, 0, &r->eval_losses));
         TRY(dlt_token_loader_create(r->train, o->batch, o->context, (uint64_t)o->seed + 1, &r->eval_train));
         if (r->val) TRY(dlt_token_loader_create(r->val, o->batch, o->context, (uint64_t)o->seed + 2, &r->eval_val));
+        r->evp[0].ld = r->eval_train;
+        r->evp[1].ld = r->eval_val;
+        r->eval_graphs = !o->eager && o->device == DLT_DEVICE_CUDA;
+        if (r->eval_graphs) {
+            const int64_t one = 1;
+            TRY(dlt_tensor_zeros(r->ctx, DLT_F32, &one, 1, 0, &r->eval_sum));
+            TRY(dlt_tensor_zeros(r->ctx, DLT_F32, &one, 1, 0, &r->eval_one));
+        }
     }
     r->flops_per_iter = gpt_flops_per_token(r->s.model, o->context) * (double)(r->tokens_per_iter / r->world);
     printf("number of parameters: %.2fM (%s: %d layers, %d heads, %lld wide, vocabulary %lld%s, context %lld, "
@@ -501,8 +564,8 @@ int main(int argc, char **argv) {
             report_progress_clear(&r->rep);
             const int64_t e = it / o->eval_interval;
             float tl = 0, vl = NAN;
-            TRY(estimate_loss(r, r->eval_train, e, &tl));
-            if (r->eval_val) TRY(estimate_loss(r, r->eval_val, e, &vl));
+            TRY(estimate_loss(r, 0, e, &tl));
+            if (r->eval_val) TRY(estimate_loss(r, 1, e, &vl));
             printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)it, tl, vl);
             if (r->eval_val && vl < r->best_val) { /* always_save_checkpoint = False */
                 r->best_val = vl;
@@ -565,6 +628,10 @@ fail:
     report_monitor_stop(&r->rep);
     report_fini(&r->rep);
     dlt_graph_destroy(r->graph);
+    dlt_graph_destroy(r->evp[0].graph);
+    dlt_graph_destroy(r->evp[1].graph);
+    dlt_tensor_release(r->eval_sum);
+    dlt_tensor_release(r->eval_one);
     dlt_ddp_destroy(r->ddp);
     gpt_step_fini(&r->s);
     dlt_grad_scaler_destroy(r->s.scaler);

@@ -46,6 +46,14 @@ typedef struct chunk { /* one pass over the training tokens, as far as this run 
     uint64_t peak;
 } chunk;
 
+/* One split's evaluation batch as a step for dlt_graph_create: draw, forward, add the loss
+ * into the run's eval_sum (gpt_train.c). */
+typedef struct eval_pass {
+    struct run *r;
+    dlt_token_loader *ld;
+    dlt_graph *graph;
+} eval_pass;
+
 typedef struct run {
     options o;
     dlt_ctx *ctx;
@@ -53,6 +61,11 @@ typedef struct run {
     dlt_token_dataset *train, *val;
     dlt_token_loader *eval_train, *eval_val;
     dlt_tensor *eval_losses;
+    /* CUDA without --eager: each split's evaluation batch is a captured graph (eval_pass[0]
+     * train, [1] val) replayed eval_iters times, adding the losses into eval_sum (f32 [1]) */
+    int eval_graphs;
+    eval_pass evp[2];
+    dlt_tensor *eval_sum, *eval_one;
     gpt_step s;
     dlt_graph *graph;
     char devname[256], model_name[64];
