@@ -87,7 +87,8 @@ __global__ void sdpa_fwd_kernel(T *o, float *lse, const T *q, const T *k, const 
     }
 }
 
-/* Di = dO_i . O_i */
+/* Di = dO_i . O_i, row i = (b H + h) T + t of [B,H,T,D], or with p.qkv_packed at row
+ * b T + t, head h of [B,T,H,D] */
 template <typename T, int DPL>
 __global__ void sdpa_delta_kernel(float *delta, const T *dout, const T *o, dlt_sdpa_params p) {
     const int lane = threadIdx.x & 31;
@@ -95,9 +96,14 @@ __global__ void sdpa_delta_kernel(float *delta, const T *dout, const T *o, dlt_s
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t r = first; r < rows; r += step) {
+        int64_t at = r * p.D;
+        if (p.qkv_packed) {
+            const int64_t bh = r / p.T, t = r - bh * p.T, b = bh / p.H;
+            at = ((b * p.T + t) * p.H + (bh - b * p.H)) * p.D;
+        }
         float a[DPL], b[DPL];
-        load_row<T, DPL>(a, dout + r * p.D, p.D, lane);
-        load_row<T, DPL>(b, o + r * p.D, p.D, lane);
+        load_row<T, DPL>(a, dout + at, p.D, lane);
+        load_row<T, DPL>(b, o + at, p.D, lane);
         const float d = dot_row<DPL>(a, b);
         if (lane == 0) delta[r] = d;
     }
@@ -264,6 +270,46 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
             (const T *)dlt__data(k), (const T *)dlt__data(v), (const float *)dlt__data(lse), delta, *p, base, ks);
     }));
     DLT_CU_LAUNCHED(ctx, F);
+    return DLT_OK;
+}
+
+/* The packed layouts (dlt_scaled_dot_product_attention_qkvpacked, p->qkv_packed): cuDNN,
+ * else the flash kernels, both reading and writing the packed tensors in place; *served = 0
+ * leaves the call to the front door's unpack, attend, pack. */
+dlt_status dlt__cuda_sdpa_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
+                                  const dlt_sdpa_params *p, int *served) {
+    static const char *F = "dlt_scaled_dot_product_attention_qkvpacked";
+    DLT_CHECK(dlt__cudnn_sdp_qkv_fwd(ctx, o, lse, qkv, p, served));
+    if (*served) return DLT_OK;
+    DLT_CHECK(same_dtype(F, qkv->dtype, o));
+    DLT_CHECK(same_dtype(F, DLT_F32, lse));
+    const void *ptrs[2] = {dlt__data(o), dlt__data(qkv)};
+    if (!dlt__cuda_flash_sdp_ok(ctx, qkv->dtype, p, ptrs, 2)) return DLT_OK;
+    DLT_CHECK(dlt__cuda_flash_sdp_fwd(ctx, o, lse, qkv, qkv, qkv, p));
+    *served = 1;
+    return DLT_OK;
+}
+
+dlt_status dlt__cuda_sdpa_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,
+                                  const dlt_tensor *o, const dlt_tensor *lse, const dlt_sdpa_params *p, int *served) {
+    static const char *F = "dlt_backward(scaled_dot_product_attention_qkvpacked)";
+    DLT_CHECK(dlt__cudnn_sdp_qkv_bwd(ctx, dqkv, dout, qkv, o, lse, p, served));
+    if (*served) return DLT_OK;
+    DLT_CHECK(same_dtype(F, qkv->dtype, dqkv, dout, o));
+    DLT_CHECK(same_dtype(F, DLT_F32, lse));
+    const void *ptrs[4] = {dlt__data(dqkv), dlt__data(dout), dlt__data(qkv), dlt__data(o)};
+    if (!dlt__cuda_flash_sdp_ok(ctx, qkv->dtype, p, ptrs, 4)) return DLT_OK;
+    const int64_t rows_q = p->B * p->H * p->T;
+    void *scratch = NULL;
+    DLT_CHECK(dlt__cuda_scratch(ctx, (size_t)rows_q * sizeof(float), &scratch));
+    float *delta = (float *)scratch;
+    cudaStream_t st = dlt__stream(ctx);
+    DLT_DISPATCH_FLOAT(qkv->dtype, T, DLT_SDPA_DPL(p->D, DPL,
+        sdpa_delta_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(delta, (const T *)dlt__data(dout),
+                                                                            (const T *)dlt__data(o), *p)));
+    DLT_CU_LAUNCHED(ctx, F);
+    DLT_CHECK(dlt__cuda_flash_sdp_bwd(ctx, dqkv, dqkv, dqkv, dout, qkv, qkv, qkv, lse, delta, p));
+    *served = 1;
     return DLT_OK;
 }
 

@@ -386,8 +386,8 @@ dlt_status dlt__cudnn_sdp_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
 
 /* ---- the packed-qkv entries of the CUDA backend (cuDNN alone reads that layout) ---- */
 
-dlt_status dlt__cuda_sdpa_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
-                                  const dlt_sdpa_params *p, int *served) {
+dlt_status dlt__cudnn_sdp_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
+                                 const dlt_sdpa_params *p, int *served) {
     *served = 0;
     void *h[3];
     heads_ptrs(p, qkv, qkv, qkv, h);
@@ -396,8 +396,8 @@ dlt_status dlt__cuda_sdpa_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, 
     return dlt__cudnn_sdp_fwd(ctx, o, lse, qkv, qkv, qkv, p, served);
 }
 
-dlt_status dlt__cuda_sdpa_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,
-                                  const dlt_tensor *o, const dlt_tensor *lse, const dlt_sdpa_params *p, int *served) {
+dlt_status dlt__cudnn_sdp_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,
+                                 const dlt_tensor *o, const dlt_tensor *lse, const dlt_sdpa_params *p, int *served) {
     *served = 0;
     void *h[3], *dh[3];
     heads_ptrs(p, qkv, qkv, qkv, h);

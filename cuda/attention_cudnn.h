@@ -25,6 +25,12 @@ dlt_status dlt__cudnn_sdp_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
 dlt_status dlt__cudnn_sdp_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_tensor *dv, const dlt_tensor *dout,
                               const dlt_tensor *q, const dlt_tensor *k, const dlt_tensor *v, const dlt_tensor *o,
                               const dlt_tensor *lse, const dlt_sdpa_params *p, int *served);
+/* The packed layouts (p->qkv_packed: q, k, v and their gradients rows of [B,T,3,H,D], o
+ * and dout rows of [B,T,H,D]) read in place; *served = 0 where cuDNN may not serve. */
+dlt_status dlt__cudnn_sdp_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
+                                 const dlt_sdpa_params *p, int *served);
+dlt_status dlt__cudnn_sdp_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,
+                                 const dlt_tensor *o, const dlt_tensor *lse, const dlt_sdpa_params *p, int *served);
 
 #ifdef __cplusplus
 }

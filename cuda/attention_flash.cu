@@ -7,7 +7,10 @@
  * a forward of one path and a backward of the other mix; causal is top-left (key j visible
  * to query i iff j <= i); dropout keeps weight (b,h,i,j) iff Philox element
  * ((b*H+h)*T+i)*S+j at offset + *base is >= p and scales it by 1/(1-p); the normaliser l
- * counts the weights before dropout (PyTorch). Deterministic: no atomics.
+ * counts the weights before dropout (PyTorch). Deterministic: no atomics. The packed
+ * layouts of dlt_scaled_dot_product_attention_qkvpacked (p.qkv_packed: q, k, v and their
+ * gradients rows of [B,T,3,H,D], o and dO rows of [B,T,H,D]) are read and written in place
+ * through per-tensor batch, head and row strides (flash_layout), no unpacking copies.
  *
  * Tiles: a block is 4 warps; each warp owns 16 rows of a 64-row tile (queries in the
  * forward and dq kernels, keys in the dk/dv kernel). The head dim is padded to DP = 64 or
@@ -58,6 +61,17 @@ static_assert(BR <= BC, "the forward kernel stages its Q tile in a K buffer");
 /* blocks per SM the register allocation must allow: three at DP 64 (<= 170 registers, no
  * spills; the dq kernel took 232 and so ran two), what fits at DP 128 */
 template <int DP> constexpr int MIN_BLOCKS = DP == 64 ? 3 : 1;
+
+/* Where the rows of head (b, h) lie: element (b, h, row, d) at b sb + h sh + row sr + d,
+ * for q and dq, for k, v, dk and dv, and for o and dO. Contiguous [B,H,T,D] tensors and the
+ * packed qkv / o of dlt_scaled_dot_product_attention_qkvpacked ([B,T,3,H,D], [B,T,H,D]),
+ * which the kernels then read and write in place, without unpacking copies. */
+struct flash_layout {
+    int64_t sb, sh, sr;
+};
+struct flash_layouts {
+    flash_layout q, kv, o;
+};
 
 /* Device code exists for sm_80+ only: the helpers and the kernel bodies (empty below). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -145,18 +159,25 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
     a[3] = pack2<T>(c1[2], c1[3]);
 }
 
-/* rows x DP elements into s (leading dimension DP + PAD) from rows row0.. of g (D per row,
- * nrows rows): 16-byte asynchronous copies, zeros past nrows and past D (D a multiple of
- * 16); in flight until cp_async_wait, visible to the block after the __syncthreads after it */
+/* rows x DP elements into s (leading dimension DP + PAD) from rows row0.. of g (rows sr
+ * elements apart, D used, nrows rows): 16-byte asynchronous copies, zeros past nrows and
+ * past D (D and sr multiples of 8); in flight until cp_async_wait, visible to the block
+ * after the __syncthreads after it */
 template <int DP>
 __device__ __forceinline__ void load_tile_async(uint16_t *s, const uint16_t *g, int64_t row0, int rows,
-                                                int64_t nrows, int D) {
+                                                int64_t nrows, int D, int64_t sr) {
     constexpr int CH = DP / 8;
     for (int c = threadIdx.x; c < rows * CH; c += NT) {
         const int r = c / CH, d = (c % CH) * 8;
         const bool valid = row0 + r < nrows && d < D;
-        cp_async16(s + r * (DP + PAD) + d, valid ? g + (row0 + r) * D + d : g, valid);
+        cp_async16(s + r * (DP + PAD) + d, valid ? g + (row0 + r) * sr + d : g, valid);
     }
+}
+
+/* the first element of head (b, h) = bh in a layout */
+__device__ __forceinline__ int64_t head_at(const flash_layout &l, const dlt_sdpa_params &p, int64_t bh) {
+    const int64_t b = bh / p.H;
+    return b * l.sb + (bh - b * p.H) * l.sh;
 }
 
 /* the dropout multiplier of weight (i, j) of head bh (the reference's numbering) */
@@ -235,7 +256,8 @@ template <int DP> constexpr size_t dkv_smem() {
 /* grid: one block per (b*H+h, 64-query tile), heaviest causal tiles first */
 template <typename T, int DP>
 __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, float *lse, const T *q, const T *k, const T *v,
-                                                       dlt_sdpa_params p, const uint64_t *base, float keep_scale) {
+                                                       dlt_sdpa_params p, flash_layouts L, const uint64_t *base,
+                                                       float keep_scale) {
 #ifdef DLT_FLASH_BODY
     extern __shared__ uint4 smem[];
     constexpr int LD = DP + PAD, KC = DP / 16, DN = DP / 8, NB = BC / 8;
@@ -250,14 +272,14 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, flo
     const float scale = (float)p.scale;
     const bool drop = p.dropout_p > 0.0;
     const uint64_t off = p.offset + (drop ? *base : 0);
-    const uint16_t *qg = (const uint16_t *)q + bh * p.T * D, *kg = (const uint16_t *)k + bh * p.S * D,
-                   *vg = (const uint16_t *)v + bh * p.S * D;
+    const uint16_t *qg = (const uint16_t *)q + head_at(L.q, p, bh), *kg = (const uint16_t *)k + head_at(L.kv, p, bh),
+                   *vg = (const uint16_t *)v + head_at(L.kv, p, bh);
     const int64_t kend = p.causal ? (q0 + BR < p.S ? q0 + BR : p.S) : p.S; /* keys j < kend */
 
     /* Q through stage 1's K buffer into registers, beside the first key tile's copies */
-    load_tile_async<DP>(s0 + STAGE, qg, q0, BR, p.T, D);
-    load_tile_async<DP>(s0, kg, 0, BC, p.S, D);
-    load_tile_async<DP>(s0 + BC * LD, vg, 0, BC, p.S, D);
+    load_tile_async<DP>(s0 + STAGE, qg, q0, BR, p.T, D, L.q.sr);
+    load_tile_async<DP>(s0, kg, 0, BC, p.S, D, L.kv.sr);
+    load_tile_async<DP>(s0 + BC * LD, vg, 0, BC, p.S, D, L.kv.sr);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -277,8 +299,8 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, flo
         /* the next tile's copies fly while this one is used */
         if (j0 + BC < kend) {
             uint16_t *nk = s0 + ((it + 1) & 1) * STAGE;
-            load_tile_async<DP>(nk, kg, j0 + BC, BC, p.S, D);
-            load_tile_async<DP>(nk + BC * LD, vg, j0 + BC, BC, p.S, D);
+            load_tile_async<DP>(nk, kg, j0 + BC, BC, p.S, D, L.kv.sr);
+            load_tile_async<DP>(nk + BC * LD, vg, j0 + BC, BC, p.S, D, L.kv.sr);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -360,7 +382,7 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, flo
         const float lt = quad_sum(l[r]);
         if (ri[r] >= p.T) continue;
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-        uint32_t *orow = (uint32_t *)((uint16_t *)o + (bh * p.T + ri[r]) * D);
+        uint32_t *orow = (uint32_t *)((uint16_t *)o + head_at(L.o, p, bh) + ri[r] * L.o.sr);
 #pragma unroll
         for (int dn = 0; dn < DN; dn++) {
             const int d = dn * 8 + 2 * t;
@@ -369,7 +391,7 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, flo
         if (t == 0) lse[bh * p.T + ri[r]] = m[r] + logf(lt);
     }
 #else
-    (void)o, (void)lse, (void)q, (void)k, (void)v, (void)p, (void)base, (void)keep_scale;
+    (void)o, (void)lse, (void)q, (void)k, (void)v, (void)p, (void)L, (void)base, (void)keep_scale;
 #endif
 }
 
@@ -377,7 +399,7 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_fwd_kernel(T *o, flo
 template <typename T, int DP>
 __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, const T *dout, const T *q, const T *k, const T *v,
                                                       const float *lse, const float *delta, dlt_sdpa_params p,
-                                                      const uint64_t *base, float keep_scale) {
+                                                      flash_layouts L, const uint64_t *base, float keep_scale) {
 #ifdef DLT_FLASH_BODY
     extern __shared__ uint4 smem[];
     constexpr int LD = DP + PAD, KC = DP / 16, DN = DP / 8, NB = BC / 8;
@@ -391,11 +413,11 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, con
     const float scale = (float)p.scale;
     const bool drop = p.dropout_p > 0.0;
     const uint64_t off = p.offset + (drop ? *base : 0);
-    const uint16_t *kg = (const uint16_t *)k + bh * p.S * D, *vg = (const uint16_t *)v + bh * p.S * D;
-    load_tile_async<DP>(sQ, (const uint16_t *)q + bh * p.T * D, q0, BR, p.T, D);
-    load_tile_async<DP>(sO, (const uint16_t *)dout + bh * p.T * D, q0, BR, p.T, D);
-    load_tile_async<DP>(s0, kg, 0, BC, p.S, D);
-    load_tile_async<DP>(s0 + BC * LD, vg, 0, BC, p.S, D);
+    const uint16_t *kg = (const uint16_t *)k + head_at(L.kv, p, bh), *vg = (const uint16_t *)v + head_at(L.kv, p, bh);
+    load_tile_async<DP>(sQ, (const uint16_t *)q + head_at(L.q, p, bh), q0, BR, p.T, D, L.q.sr);
+    load_tile_async<DP>(sO, (const uint16_t *)dout + head_at(L.o, p, bh), q0, BR, p.T, D, L.o.sr);
+    load_tile_async<DP>(s0, kg, 0, BC, p.S, D, L.kv.sr);
+    load_tile_async<DP>(s0 + BC * LD, vg, 0, BC, p.S, D, L.kv.sr);
     cp_async_commit();
 
     int64_t ri[2];
@@ -414,8 +436,8 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, con
     for (int64_t j0 = 0, it = 0; j0 < kend; j0 += BC, it++) {
         if (j0 + BC < kend) {
             uint16_t *nk = s0 + ((it + 1) & 1) * STAGE;
-            load_tile_async<DP>(nk, kg, j0 + BC, BC, p.S, D);
-            load_tile_async<DP>(nk + BC * LD, vg, j0 + BC, BC, p.S, D);
+            load_tile_async<DP>(nk, kg, j0 + BC, BC, p.S, D, L.kv.sr);
+            load_tile_async<DP>(nk + BC * LD, vg, j0 + BC, BC, p.S, D, L.kv.sr);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -474,7 +496,7 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, con
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (ri[r] >= p.T) continue;
-        uint32_t *row = (uint32_t *)((uint16_t *)dq + (bh * p.T + ri[r]) * D);
+        uint32_t *row = (uint32_t *)((uint16_t *)dq + head_at(L.q, p, bh) + ri[r] * L.q.sr);
 #pragma unroll
         for (int dn = 0; dn < DN; dn++) {
             const int d = dn * 8 + 2 * t;
@@ -482,7 +504,8 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, con
         }
     }
 #else
-    (void)dq, (void)dout, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)p, (void)base, (void)keep_scale;
+    (void)dq, (void)dout, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)p, (void)L, (void)base,
+        (void)keep_scale;
 #endif
 }
 
@@ -490,7 +513,8 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dq_kernel(T *dq, con
 template <typename T, int DP>
 __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dkv_kernel(T *dk, T *dv, const T *dout, const T *q, const T *k,
                                                        const T *v, const float *lse, const float *delta,
-                                                       dlt_sdpa_params p, const uint64_t *base, float keep_scale) {
+                                                       dlt_sdpa_params p, flash_layouts L, const uint64_t *base,
+                                                       float keep_scale) {
 #ifdef DLT_FLASH_BODY
     extern __shared__ uint4 smem[];
     constexpr int LD = DP + PAD, KC = DP / 16, DN = DP / 8, NB = BQ / 8;
@@ -505,9 +529,9 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dkv_kernel(T *dk, T 
     const float scale = (float)p.scale;
     const bool drop = p.dropout_p > 0.0;
     const uint64_t off = p.offset + (drop ? *base : 0);
-    const uint16_t *qg = (const uint16_t *)q + bh * p.T * D, *og = (const uint16_t *)dout + bh * p.T * D;
-    load_tile_async<DP>(sK, (const uint16_t *)k + bh * p.S * D, j0, BR, p.S, D);
-    load_tile_async<DP>(sV, (const uint16_t *)v + bh * p.S * D, j0, BR, p.S, D);
+    const uint16_t *qg = (const uint16_t *)q + head_at(L.q, p, bh), *og = (const uint16_t *)dout + head_at(L.o, p, bh);
+    load_tile_async<DP>(sK, (const uint16_t *)k + head_at(L.kv, p, bh), j0, BR, p.S, D, L.kv.sr);
+    load_tile_async<DP>(sV, (const uint16_t *)v + head_at(L.kv, p, bh), j0, BR, p.S, D, L.kv.sr);
     cp_async_commit();
 
     int64_t rj[2];
@@ -523,8 +547,8 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dkv_kernel(T *dk, T 
     /* stage x of query tile i0: Q, dO copies in flight, lse and delta stored */
     auto load_q = [&](int x, int64_t i0) {
         uint16_t *sq = s0 + x * STAGE;
-        load_tile_async<DP>(sq, qg, i0, BQ, p.T, D);
-        load_tile_async<DP>(sq + BQ * LD, og, i0, BQ, p.T, D);
+        load_tile_async<DP>(sq, qg, i0, BQ, p.T, D, L.q.sr);
+        load_tile_async<DP>(sq + BQ * LD, og, i0, BQ, p.T, D, L.o.sr);
         cp_async_commit();
         if (threadIdx.x < BQ) {
             const int64_t i = i0 + threadIdx.x;
@@ -599,8 +623,8 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dkv_kernel(T *dk, T 
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (rj[r] >= p.S) continue;
-        uint32_t *rk = (uint32_t *)((uint16_t *)dk + (bh * p.S + rj[r]) * D);
-        uint32_t *rv = (uint32_t *)((uint16_t *)dv + (bh * p.S + rj[r]) * D);
+        uint32_t *rk = (uint32_t *)((uint16_t *)dk + head_at(L.kv, p, bh) + rj[r] * L.kv.sr);
+        uint32_t *rv = (uint32_t *)((uint16_t *)dv + head_at(L.kv, p, bh) + rj[r] * L.kv.sr);
 #pragma unroll
         for (int dn = 0; dn < DN; dn++) {
             const int d = dn * 8 + 2 * t;
@@ -611,12 +635,34 @@ __global__ void __launch_bounds__(NT, MIN_BLOCKS<DP>) flash_dkv_kernel(T *dk, T 
         }
     }
 #else
-    (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)p, (void)base,
-        (void)keep_scale;
+    (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)lse, (void)delta, (void)p, (void)L,
+        (void)base, (void)keep_scale;
 #endif
 }
 
 float keep_scale_of(const dlt_sdpa_params *p) { return p->dropout_p < 1.0 ? (float)(1.0 / (1.0 - p->dropout_p)) : 0.0f; }
+
+/* The layouts of a call: contiguous heads, or with p->qkv_packed rows of [B,T,3,H,D] for
+ * q/k/v (and their gradients) and of [B,T,H,D] for o and dO. */
+flash_layouts layouts_of(const dlt_sdpa_params *p) {
+    flash_layouts L;
+    if (p->qkv_packed) {
+        const int64_t C = p->H * p->D;
+        L.q = {p->T * 3 * C, p->D, 3 * C};
+        L.kv = L.q;
+        L.o = {p->T * C, p->D, C};
+    } else {
+        L.q = {p->H * p->T * p->D, p->T * p->D, p->D};
+        L.kv = {p->H * p->S * p->D, p->S * p->D, p->D};
+        L.o = L.q;
+    }
+    return L;
+}
+
+/* The data of head tensor `part` (0 q, 1 k, 2 v): t's, or its part of a packed qkv. */
+const void *part_of(const dlt_sdpa_params *p, const dlt_tensor *t, int part) {
+    return (const char *)dlt__data(t) + (p->qkv_packed ? (size_t)(part * p->H * p->D) * dlt__dtype_size(t->dtype) : 0);
+}
 
 /* Calls the body with DP (the padded head dim) and T (the element type) as constants. */
 #define DLT_FLASH_DISPATCH(dtype, D, ...)                                                     \
@@ -671,6 +717,7 @@ dlt_status dlt__cuda_flash_sdp_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse,
                                    const dlt_tensor *k, const dlt_tensor *v, const dlt_sdpa_params *p) {
     static const char *F = "dlt_scaled_dot_product_attention";
     const unsigned grid = (unsigned)(p->B * p->H * ((p->T + BR - 1) / BR));
+    const flash_layouts L = layouts_of(p);
     const uint64_t *base = (const uint64_t *)ctx->rng_base;
     const float ks = keep_scale_of(p);
     cudaStream_t st = dlt__stream(ctx);
@@ -678,8 +725,8 @@ dlt_status dlt__cuda_flash_sdp_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse,
         constexpr size_t sm = fwd_smem<DP>();
         DLT_CHECK(smem_opt_in(ctx, flash_fwd_kernel<T, DP>, sm, F));
         flash_fwd_kernel<T, DP><<<grid, NT, sm, st>>>((T *)dlt__data(o), (float *)dlt__data(lse),
-                                                      (const T *)dlt__data(q), (const T *)dlt__data(k),
-                                                      (const T *)dlt__data(v), *p, base, ks);
+                                                      (const T *)part_of(p, q, 0), (const T *)part_of(p, k, 1),
+                                                      (const T *)part_of(p, v, 2), *p, L, base, ks);
     });
     DLT_CU_LAUNCHED(ctx, F);
     return DLT_OK;
@@ -692,6 +739,7 @@ dlt_status dlt__cuda_flash_sdp_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk,
     static const char *F = "dlt_backward(scaled_dot_product_attention)";
     const unsigned grid_q = (unsigned)(p->B * p->H * ((p->T + BR - 1) / BR));
     const unsigned grid_k = (unsigned)(p->B * p->H * ((p->S + BR - 1) / BR));
+    const flash_layouts L = layouts_of(p);
     const uint64_t *base = (const uint64_t *)ctx->rng_base;
     const float ks = keep_scale_of(p);
     cudaStream_t st = dlt__stream(ctx);
@@ -700,12 +748,14 @@ dlt_status dlt__cuda_flash_sdp_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk,
         DLT_CHECK(smem_opt_in(ctx, flash_dq_kernel<T, DP>, smq, F));
         DLT_CHECK(smem_opt_in(ctx, flash_dkv_kernel<T, DP>, smk, F));
         flash_dq_kernel<T, DP><<<grid_q, NT, smq, st>>>(
-            (T *)dlt__data(dq), (const T *)dlt__data(dout), (const T *)dlt__data(q), (const T *)dlt__data(k),
-            (const T *)dlt__data(v), (const float *)dlt__data(lse), delta, *p, base, ks);
+            (T *)part_of(p, dq, 0), (const T *)dlt__data(dout), (const T *)part_of(p, q, 0),
+            (const T *)part_of(p, k, 1), (const T *)part_of(p, v, 2), (const float *)dlt__data(lse), delta, *p, L,
+            base, ks);
         DLT_CU_LAUNCHED(ctx, F);
         flash_dkv_kernel<T, DP><<<grid_k, NT, smk, st>>>(
-            (T *)dlt__data(dk), (T *)dlt__data(dv), (const T *)dlt__data(dout), (const T *)dlt__data(q),
-            (const T *)dlt__data(k), (const T *)dlt__data(v), (const float *)dlt__data(lse), delta, *p, base, ks);
+            (T *)part_of(p, dk, 1), (T *)part_of(p, dv, 2), (const T *)dlt__data(dout), (const T *)part_of(p, q, 0),
+            (const T *)part_of(p, k, 1), (const T *)part_of(p, v, 2), (const float *)dlt__data(lse), delta, *p, L,
+            base, ks);
     });
     DLT_CU_LAUNCHED(ctx, F);
     return DLT_OK;

@@ -144,7 +144,7 @@ dlt_status dlt__cuda_sdpa_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, cons
 dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_tensor *dv, const dlt_tensor *dout,
                               const dlt_tensor *q, const dlt_tensor *k, const dlt_tensor *v, const dlt_tensor *o,
                               const dlt_tensor *lse, const dlt_sdpa_params *p);
-/* attention_cudnn.c: packed qkv, served by cuDNN only (else *served = 0) */
+/* packed qkv (attention.cu): cuDNN, else the flash kernels, in place; else *served = 0 */
 dlt_status dlt__cuda_sdpa_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
                                   const dlt_sdpa_params *p, int *served);
 dlt_status dlt__cuda_sdpa_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "splitmix.h"
 #include "../lib/core/internal.h" /* the tape's nodes (names only) */
 
 static dlt_ctx *g_cpu;
@@ -341,6 +342,124 @@ static void test_layer_norm_adds_into_residual_grad(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* Packed attention with dropout (the Shakespeare recipe's case: cuDNN takes no dropout) on
+ * the flash kernels reads and writes the packed qkv, o and dqkv in place: a wrapped table
+ * counts that the packed entries served forward and backward with no copies and no
+ * per-head calls, and the result is bitwise the unpack-attend-pack path's (the packed
+ * entries refused), which runs the same kernels on contiguous heads. */
+static int g_refuse_packed;
+static int64_t cc_major(dlt_ctx *ctx) {
+    dlt_device_info *info = NULL;
+    int64_t major = 0;
+    if (dlt_device_info_get(dlt_ctx_device_index(ctx), &info) != DLT_OK) return 0;
+    if (dlt_device_info_int(info, DLT_DEVINFO_CC_MAJOR, &major) != DLT_OK) major = 0;
+    dlt_device_info_destroy(info);
+    return major;
+}
+static int64_t g_packed_served, g_copies, g_head_calls;
+static dlt_status count_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
+                                const dlt_sdpa_params *p, int *served) {
+    *served = 0;
+    if (g_refuse_packed) return DLT_OK;
+    const dlt_status st = g_cuda_plain->sdpa_qkv_fwd(ctx, o, lse, qkv, p, served);
+    g_packed_served += *served;
+    return st;
+}
+static dlt_status count_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tensor *dout, const dlt_tensor *qkv,
+                                const dlt_tensor *o, const dlt_tensor *lse, const dlt_sdpa_params *p, int *served) {
+    *served = 0;
+    if (g_refuse_packed) return DLT_OK;
+    const dlt_status st = g_cuda_plain->sdpa_qkv_bwd(ctx, dqkv, dout, qkv, o, lse, p, served);
+    g_packed_served += *served;
+    return st;
+}
+static dlt_status count_copy(dlt_ctx *ctx, dlt_tensor *dst, const dlt_nd_operand *od, const dlt_tensor *src,
+                             const dlt_nd_operand *os, const dlt_nd *s) {
+    g_copies++;
+    return g_cuda_plain->copy_nd(ctx, dst, od, src, os, s);
+}
+static dlt_status count_heads_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *q,
+                                  const dlt_tensor *k, const dlt_tensor *v, const dlt_sdpa_params *p) {
+    g_head_calls++;
+    return g_cuda_plain->sdpa_fwd(ctx, o, lse, q, k, v, p);
+}
+static dlt_status count_heads_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_tensor *dv, const dlt_tensor *dout,
+                                  const dlt_tensor *q, const dlt_tensor *k, const dlt_tensor *v, const dlt_tensor *o,
+                                  const dlt_tensor *lse, const dlt_sdpa_params *p) {
+    g_head_calls++;
+    return g_cuda_plain->sdpa_bwd(ctx, dq, dk, dv, dout, q, k, v, o, lse, p);
+}
+
+/* o and qkv's gradient (as floats, concatenated) of loss = sum(o * g) for packed attention
+ * over 2 x 128 tokens, 3 heads of 64, causal, dropout 0.2, bf16, the seed reset */
+static float *packed_attention(dlt_ctx *cu, int64_t *n_out) {
+    const int64_t B = 2, T = 128, C = 192, xs[3] = {B, T, 3 * C}, os[3] = {B, T, C};
+    float *xv = malloc((size_t)(B * T * 3 * C) * sizeof(float)), *gv = malloc((size_t)(B * T * C) * sizeof(float));
+    seed(7);
+    for (int64_t i = 0; i < B * T * 3 * C; i++) xv[i] = (float)(urand() * 2.0 - 1.0);
+    for (int64_t i = 0; i < B * T * C; i++) gv[i] = (float)(urand() - 0.5);
+    dlt_tensor *x32 = NULL, *x = NULL, *g32 = NULL, *g = NULL, *o = NULL, *og = NULL, *loss = NULL;
+    CHECK_OK(dlt_ctx_set_seed(cu, 1234));
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 3, 0, xv, (size_t)(B * T * 3 * C) * sizeof(float), &x32));
+    CHECK_OK(dlt_cast(x32, DLT_BF16, &x));
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, os, 3, 0, gv, (size_t)(B * T * C) * sizeof(float), &g32));
+    CHECK_OK(dlt_cast(g32, DLT_BF16, &g));
+    CHECK_OK(dlt_tensor_set_requires_grad(x, 1));
+    CHECK_OK(dlt_scaled_dot_product_attention_qkvpacked(x, 3, 1, 0.2, 0.0, &o));
+    CHECK_OK(dlt_mul(o, g, &og));
+    CHECK_OK(dlt_sum(og, &loss));
+    CHECK_OK(dlt_backward(loss, NULL));
+    float *fo = th_read_f32(o), *fg = th_read_f32(dlt_tensor_grad(x));
+    const int64_t no = B * T * C, ng = B * T * 3 * C;
+    float *all = malloc((size_t)(no + ng) * sizeof(float));
+    memcpy(all, fo, (size_t)no * sizeof(float));
+    memcpy(all + no, fg, (size_t)ng * sizeof(float));
+    *n_out = no + ng;
+    dlt_tensor *t[7] = {x32, x, g32, g, o, og, loss};
+    for (int i = 0; i < 7; i++) dlt_tensor_release(t[i]);
+    free(fo), free(fg), free(xv), free(gv);
+    return all;
+}
+
+static void test_packed_attention_in_place(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static dlt_backend counting;
+    g_cuda_plain = cu->be;
+    counting = *g_cuda_plain;
+    counting.sdpa_qkv_fwd = count_qkv_fwd, counting.sdpa_qkv_bwd = count_qkv_bwd;
+    counting.copy_nd = count_copy;
+    counting.sdpa_fwd = count_heads_fwd, counting.sdpa_bwd = count_heads_bwd;
+    cu->be = &counting;
+    CHECK_OK(dlt_ctx_set_flash_sdp(cu, 1));
+    CHECK_OK(dlt_ctx_set_cudnn_sdp(cu, 0));
+    int64_t n = 0, n2 = 0;
+    g_refuse_packed = 0, g_packed_served = 0, g_copies = 0, g_head_calls = 0;
+    float *in_place = packed_attention(cu, &n);
+    const int64_t served = g_packed_served, copies = g_copies, heads = g_head_calls;
+    g_refuse_packed = 1, g_copies = 0, g_head_calls = 0;
+    float *unpacked = packed_attention(cu, &n2);
+    const int64_t copies_unpacked = g_copies, heads_unpacked = g_head_calls;
+    g_refuse_packed = 0;
+    printf("# in place: %lld packed calls served, %lld copies, %lld per-head calls; unpacked: %lld copies, %lld "
+           "per-head calls\n", (long long)served, (long long)copies, (long long)heads, (long long)copies_unpacked,
+           (long long)heads_unpacked);
+    if (cc_major(cu) >= 8) { /* below, the reference kernels serve (unpacked) */
+        CHECK(served == 2 && copies == 0 && heads == 0,
+              "packed attention: %lld of 2 packed calls served, %lld copies, %lld per-head calls (want 2, 0, 0)",
+              (long long)served, (long long)copies, (long long)heads);
+        CHECK(copies_unpacked >= 8 && heads_unpacked == 2, "the unpacking path: %lld copies, %lld per-head calls",
+              (long long)copies_unpacked, (long long)heads_unpacked);
+    }
+    REQUIRE(n == n2);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += memcmp(&in_place[i], &unpacked[i], sizeof(float)) != 0;
+    CHECK(differ == 0, "packed in place vs unpack-attend-pack with the same kernels: %lld of %lld values differ",
+          (long long)differ, (long long)n);
+    free(in_place), free(unpacked);
+    cu->be = g_cuda_plain;
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     g_cpu = th_cpu_ctx();
     RUN(test_resnet50_forward_matches_cpu);
@@ -351,6 +470,7 @@ int main(void) {
     RUN(test_gpt_fused_mlp_bias);
     RUN(test_gpt_fused_mlp_nobias);
     RUN(test_layer_norm_adds_into_residual_grad);
+    RUN(test_packed_attention_in_place);
     dlt_ctx_destroy(g_cpu);
     return th_done();
 }

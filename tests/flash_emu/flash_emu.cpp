@@ -102,8 +102,11 @@ static double relnorm(const std::vector<double> &a, const std::vector<double> &b
     return std::sqrt(n / (d > 0 ? d : 1e-300));
 }
 
+/* packed: the kernels read q, k, v from one [B,T,3,H,D] buffer and write o [B,T,H,D] and
+ * dq, dk, dv into one [B,T,3,H,D] buffer (dlt_scaled_dot_product_attention_qkvpacked's
+ * layouts; T == S), unpacked here for the comparison */
 template <typename T, int DP>
-static int run(int B, int H, int Tq, int S, int D, int causal, double pdrop, double scale) {
+static int run(int B, int H, int Tq, int S, int D, int causal, double pdrop, double scale, bool packed = false) {
     dlt_sdpa_params p{}; p.B = B; p.H = H; p.T = Tq; p.S = S; p.D = D; p.causal = causal;
     p.scale = scale > 0 ? scale : 1.0 / std::sqrt((double)D); p.dropout_p = pdrop; p.seed = 1234; p.offset = 16;
     uint64_t base_val = 8; const uint64_t *base = &base_val;
@@ -145,16 +148,48 @@ static int run(int B, int H, int Tq, int S, int D, int causal, double pdrop, dou
     std::vector<float> lse((size_t)B*H*Tq, 777.f), delta((size_t)B*H*Tq);
     for (auto &x : o) x = T(12345.f); for (auto &x : dq) x = T(12345.f); for (auto &x : dk) x = T(12345.f); for (auto &x : dv) x = T(12345.f);
     unsigned gq = B*H*((Tq+63)/64), gk = B*H*((S+63)/64);
-    launch(gq, [&] { flash_fwd_kernel<T, DP>(o.data(), lse.data(), q.data(), k.data(), v.data(), p, base, ks); });
+    flash_layouts L;
+    L.q = {(int64_t)H*Tq*D, (int64_t)Tq*D, D}; L.kv = {(int64_t)H*S*D, (int64_t)S*D, D}; L.o = L.q;
+    const int64_t C = (int64_t)H * D;
+    // packed buffers: element (b,h,t,d) of part at ((b*T + t)*3 + part)*C + h*D + d; o's at (b*T + t)*C + h*D + d
+    auto at3 = [&](int64_t bh, int64_t t, int part) { return ((bh / H * Tq + t) * 3 + part) * C + bh % H * D; };
+    auto at1 = [&](int64_t bh, int64_t t) { return (bh / H * Tq + t) * C + bh % H * D; };
+    std::vector<T> qkv, dqkv, dOp, op;
+    if (packed) {
+        if (Tq != S) { printf("FAIL packed needs T == S\n"); return 1; }
+        qkv.assign((size_t)B*Tq*3*C, T(0.f)); dqkv.assign(qkv.size(), T(12345.f)); dOp.assign((size_t)B*Tq*C, T(0.f)); op.assign(dOp.size(), T(12345.f));
+        for (int64_t bh = 0; bh < B*H; bh++) for (int64_t t = 0; t < Tq; t++) for (int d = 0; d < D; d++) {
+            const size_t r = ((size_t)bh*Tq + t)*D + d;
+            qkv[at3(bh, t, 0) + d] = q[r]; qkv[at3(bh, t, 1) + d] = k[r]; qkv[at3(bh, t, 2) + d] = v[r]; dOp[at1(bh, t) + d] = dO[r];
+        }
+        L.q = {Tq * 3 * C, D, 3 * C}; L.kv = L.q; L.o = {Tq * C, D, C};
+    }
+    T *Q = packed ? qkv.data() : q.data(), *K = packed ? qkv.data() + C : k.data(), *V = packed ? qkv.data() + 2 * C : v.data();
+    T *O = packed ? op.data() : o.data(), *DO = packed ? dOp.data() : dO.data();
+    T *DQ = packed ? dqkv.data() : dq.data(), *DK = packed ? dqkv.data() + C : dk.data(), *DV = packed ? dqkv.data() + 2 * C : dv.data();
+    launch(gq, [&] { flash_fwd_kernel<T, DP>(O, lse.data(), Q, K, V, p, L, base, ks); });
+    if (packed)
+        for (int64_t bh = 0; bh < B*H; bh++) for (int64_t t = 0; t < Tq; t++) for (int d = 0; d < D; d++) o[((size_t)bh*Tq + t)*D + d] = op[at1(bh, t) + d];
     for (size_t r = 0; r < (size_t)B*H*Tq; r++) { double a = 0; for (int d = 0; d < D; d++) a += (double)(float)dO[r*D+d]*(double)(float)o[r*D+d]; delta[r] = (float)a; }
-    launch(gq, [&] { flash_dq_kernel<T, DP>(dq.data(), dO.data(), q.data(), k.data(), v.data(), lse.data(), delta.data(), p, base, ks); });
-    launch(gk, [&] { flash_dkv_kernel<T, DP>(dk.data(), dv.data(), dO.data(), q.data(), k.data(), v.data(), lse.data(), delta.data(), p, base, ks); });
+    launch(gq, [&] { flash_dq_kernel<T, DP>(DQ, DO, Q, K, V, lse.data(), delta.data(), p, L, base, ks); });
+    launch(gk, [&] { flash_dkv_kernel<T, DP>(DK, DV, DO, Q, K, V, lse.data(), delta.data(), p, L, base, ks); });
+    if (packed) {
+        size_t untouched = 0;
+        for (auto &x : dqkv) untouched += (float)x == 12345.f;
+        for (auto &x : op) untouched += (float)x == 12345.f;
+        if (untouched) { printf("FAIL packed: %zu elements of o / dqkv not written\n", untouched); return 1; }
+        for (int64_t bh = 0; bh < B*H; bh++) for (int64_t t = 0; t < Tq; t++) for (int d = 0; d < D; d++) {
+            const size_t r = ((size_t)bh*Tq + t)*D + d;
+            dq[r] = dqkv[at3(bh, t, 0) + d]; dk[r] = dqkv[at3(bh, t, 1) + d]; dv[r] = dqkv[at3(bh, t, 2) + d];
+        }
+    }
     auto dbl = [](const std::vector<T> &x) { std::vector<double> r(x.size()); for (size_t i = 0; i < x.size(); i++) r[i] = (float)x[i]; return r; };
     std::vector<double> lsed(lse.begin(), lse.end());
     double eo = relnorm(dbl(o), oref), el = relnorm(lsed, lref), eq = relnorm(dbl(dq), dqr), ek = relnorm(dbl(dk), dkr), ev = relnorm(dbl(dv), dvr);
     bool ok = eo < 1e-2 && el < 1e-3 && eq < 1e-2 && ek < 1e-2 && ev < 1e-2;
-    printf("%s %s B%d H%d T%d S%d D%d(DP%d) causal%d p%.2f: o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", ok ? "ok  " : "FAIL",
-           sizeof(T) == 2 && std::is_same<T, __half>::value ? "f16 " : "bf16", B, H, Tq, S, D, DP, causal, pdrop, eo, el, eq, ek, ev);
+    printf("%s %s B%d H%d T%d S%d D%d(DP%d) causal%d p%.2f%s: o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", ok ? "ok  " : "FAIL",
+           sizeof(T) == 2 && std::is_same<T, __half>::value ? "f16 " : "bf16", B, H, Tq, S, D, DP, causal, pdrop,
+           packed ? " packed" : "", eo, el, eq, ek, ev);
     return ok ? 0 : 1;
 }
 
@@ -207,6 +242,8 @@ int main() {
     f += run<__half, 64>(1, 1, 5, 3, 16, 1, 0.0, 0);
     f += run<__nv_bfloat16, 64>(1, 2, 128, 128, 64, 1, 0.2, 0);
     f += run<__half, 64>(1, 1, 96, 132, 64, 0, 0.1, 0);
+    f += run<__nv_bfloat16, 64>(2, 3, 100, 100, 64, 1, 0.2, 0, true);
+    f += run<__half, 128>(1, 2, 70, 70, 96, 0, 0.0, 0, true);
     printf("%d failed\n", f);
     return f != 0;
 }
