@@ -209,8 +209,12 @@ import re, sys
 get = lambda p: [float(m) for m in re.findall(r"^iter \d+: loss ([0-9.]+)", open(p).read(), re.M)]
 g, e = get(sys.argv[1]), get(sys.argv[2])
 assert len(g) == len(e) == 4 and all(abs(a - b) <= 2e-3 * abs(b) for a, b in zip(g, e)), (g, e)
+# evaluations: captured batch graphs summing on the device against eager batches summed on the host
+ev = lambda p: [float(x) for m in re.findall(r"^step \d+: train loss ([0-9.]+), val loss ([0-9.]+)", open(p).read(), re.M) for x in m]
+g, e = ev(sys.argv[1]), ev(sys.argv[2])
+assert len(g) == len(e) == 6 and all(abs(a - b) <= 2e-3 * abs(b) for a, b in zip(g, e)), (g, e)
 PY
-  then ok "CUDA: the captured graph trains as --eager does"; else notok "CUDA: graph vs eager"; fi
+  then ok "CUDA: the captured graph trains and evaluates as --eager does"; else notok "CUDA: graph vs eager"; fi
   "$G" "${C[@]}" --iters 10 --out "$tmp/cp" --save-every 10 --deterministic >"$tmp/out" 2>&1 &&
     "$G" "${C[@]}" --iters 20 --out "$tmp/cp" --save-every 10 --deterministic --resume >>"$tmp/out" 2>&1
   if cmp -s "$tmp/cg/ckpt.safetensors" "$tmp/cp/ckpt.safetensors"; then ok "CUDA: a deterministic resume is bitwise"
