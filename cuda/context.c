@@ -20,6 +20,8 @@
 #define DLT_CUDA_PTX ""
 #endif
 
+static void free_retired(dlt_cuda_state *s);
+
 static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (!s) return;
     if (s->workspace_size || s->scratch_size)
@@ -31,6 +33,8 @@ static void cuda_state_free(dlt_ctx *ctx, dlt_cuda_state *s) {
     if (s->workspace) cudaFreeAsync(s->workspace, s->stream);
     if (s->scratch) cudaFreeAsync(s->scratch, s->stream);
     if (s->counters) cudaFreeAsync(s->counters, s->stream);
+    free_retired(s);
+    free(s->retired);
     dlt__cuda_gmem_destroy(s);
     if (s->stream) cudaStreamSynchronize(s->stream);
     if (s->cudnn) cudnnDestroy(s->cudnn);
@@ -247,6 +251,43 @@ dlt_status dlt__cuda_empty_cache(dlt_ctx *ctx) {
     return DLT_OK;
 }
 
+/* A shared buffer (workspace, scratch, counters) replaced by a larger one. Freed at once
+ * when no captured graph exists; otherwise a graph may hold its address and replay into it
+ * (an evaluation graph captured before the training step grew the workspace), and the
+ * pool would hand the memory to something else: it is kept until the last graph is freed.
+ * Fails only when the host cannot record it; nothing changed then. */
+static dlt_status retire_buffer(dlt_ctx *ctx, void *p, const char *F) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    if (!p) return DLT_OK;
+    if (s->live_graphs <= 0) {
+        if (cudaFreeAsync(p, s->stream) != cudaSuccess) (void)cudaGetLastError();
+        return DLT_OK;
+    }
+    if (s->n_retired == s->cap_retired) {
+        const size_t cap = s->cap_retired ? 2 * s->cap_retired : 8;
+        void **r = realloc(s->retired, cap * sizeof *r);
+        if (!r) return dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot record a replaced buffer");
+        s->retired = r, s->cap_retired = cap;
+    }
+    s->retired[s->n_retired++] = p;
+    return DLT_OK;
+}
+
+static void free_retired(dlt_cuda_state *s) {
+    for (size_t i = 0; i < s->n_retired; i++)
+        if (cudaFreeAsync(s->retired[i], s->stream) != cudaSuccess) (void)cudaGetLastError();
+    s->n_retired = 0;
+}
+
+void dlt__cuda_graphs_live(dlt_ctx *ctx, int delta) {
+    dlt_cuda_state *s = dlt__cu(ctx);
+    s->live_graphs += delta;
+    if (s->live_graphs <= 0) {
+        s->live_graphs = 0;
+        free_retired(s);
+    }
+}
+
 dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out) {
     dlt_cuda_state *s = dlt__cu(ctx);
     if (n <= s->workspace_size) {
@@ -263,7 +304,11 @@ dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out) {
         return dlt__err(DLT_ERR_DEVICE_OUT_OF_MEMORY, "dlt_workspace", "injected allocation failure");
     cudaError_t e = cudaMallocFromPoolAsync(&p, want, s->pool, s->stream);
     if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_workspace", "cudaMallocFromPoolAsync");
-    if (s->workspace && cudaFreeAsync(s->workspace, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    dlt_status st = retire_buffer(ctx, s->workspace, "dlt_workspace");
+    if (st != DLT_OK) {
+        (void)cudaFreeAsync(p, s->stream);
+        return st;
+    }
     s->workspace = p;
     s->workspace_size = want;
     *out = p;
@@ -285,7 +330,11 @@ dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out) {
     size_t want = n < 4096 ? 4096 : n + n / 4;
     cudaError_t e = cudaMallocFromPoolAsync(&p, want, s->pool, s->stream);
     if (e != cudaSuccess) return dlt__cuda_fail(ctx, e, "dlt_scratch", "cudaMallocFromPoolAsync");
-    if (s->scratch && cudaFreeAsync(s->scratch, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    dlt_status st = retire_buffer(ctx, s->scratch, "dlt_scratch");
+    if (st != DLT_OK) {
+        (void)cudaFreeAsync(p, s->stream);
+        return st;
+    }
     s->scratch = p;
     s->scratch_size = want;
     *out = p;
@@ -313,8 +362,13 @@ dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out) {
         (void)cudaFreeAsync(p, s->stream);
         return dlt__cuda_fail(ctx, e, "dlt_counters", "cudaMemsetAsync");
     }
-    /* the old counters are all zero (no kernel is half-way): nothing to carry over */
-    if (s->counters && cudaFreeAsync(s->counters, s->stream) != cudaSuccess) (void)cudaGetLastError();
+    /* the old counters are all zero (no kernel is half-way): nothing to carry over; a live
+     * graph keeps using them (zero between its kernels too) */
+    dlt_status st = retire_buffer(ctx, s->counters, "dlt_counters");
+    if (st != DLT_OK) {
+        (void)cudaFreeAsync(p, s->stream);
+        return st;
+    }
     s->counters = (int *)p;
     s->counters_n = want;
     *out = s->counters;

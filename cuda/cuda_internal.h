@@ -41,6 +41,12 @@ typedef struct dlt_cuda_state {
      * reduction resets its counter), grown outside capture */
     int *counters;
     size_t counters_n;
+    /* captured graphs not yet freed, and the workspace, scratch and counter buffers replaced
+     * while one was: a graph replays into the addresses it captured, so those buffers are
+     * kept until the last graph goes (context.c, retire_buffer) */
+    int64_t live_graphs;
+    void **retired;
+    size_t n_retired, cap_retired;
     uint64_t live_allocs;
     int sm_count;
     char name[256];
@@ -127,6 +133,9 @@ dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
 dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
 /* At least n zeroed ints for arrival counters; every kernel using them leaves them zero. */
 dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);
+/* graph.c tells: a captured graph was made (+1) or freed (-1); at zero the buffers retired
+ * while graphs lived are freed */
+void dlt__cuda_graphs_live(dlt_ctx *ctx, int delta);
 
 /* side.c: the backend's side_* entries (lib/core/side.c); side_destroy frees the stream */
 dlt_status dlt__cuda_side_fork(dlt_ctx *ctx, int32_t *forked);

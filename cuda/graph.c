@@ -413,6 +413,7 @@ dlt_status dlt__cuda_capture_end(dlt_ctx *ctx, int32_t ok, void **exec, int64_t 
     ge->arena = arena;
     ge->orphans = orphans;
     *exec = ge;
+    dlt__cuda_graphs_live(ctx, +1);
     sweep(ctx);
     return DLT_OK;
 fail:
@@ -445,4 +446,5 @@ void dlt__cuda_graph_free(dlt_ctx *ctx, void *exec) {
         (void)cudaGetLastError();
     }
     free(ge);
+    dlt__cuda_graphs_live(ctx, -1); /* after the synchronisation above: nothing replays now */
 }

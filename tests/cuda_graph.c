@@ -424,11 +424,93 @@ static void test_capture_adamw_clip_step(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* A live graph keeps the buffers it captured. The embedding gradient sorts its indices in
+ * the context's scratch buffer; a later eager call over many more indices replaces that
+ * buffer with a larger one, and the old one must not go back to the pool while a graph
+ * holds its address (each replay writes into it). Canary tensors allocated after the
+ * growth must survive the replays, and the graph's gradients must stay exact. (Found on the
+ * H200: gpt_train's evaluation graph, captured before the training step's warm-up grew the
+ * buffers, turned training into NaN at its first replay.) */
+typedef struct emb_state {
+    dlt_tensor *w, *idx;
+} emb_state;
+
+static dlt_status emb_step(void *user) {
+    emb_state *e = user;
+    dlt_tensor *y = NULL, *loss = NULL;
+    dlt_status st = dlt_embedding(e->w, e->idx, DLT_NO_PADDING_IDX, &y);
+    if (st == DLT_OK) st = dlt_sum(y, &loss);
+    if (st == DLT_OK) st = dlt_backward(loss, NULL);
+    dlt_tensor_release(loss);
+    dlt_tensor_release(y);
+    return st;
+}
+
+enum { EV = 8, ED = 32, EN = 64, BIG_N = 200000, CANARIES = 256, CANARY_N = 1024 };
+
+static void test_graph_keeps_buffers_replaced_after_capture(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    const int64_t ws[2] = {EV, ED}, ns[1] = {EN}, bs[1] = {BIG_N}, cs[1] = {CANARY_N};
+    int64_t idx[EN], count[EV] = {0};
+    for (int i = 0; i < EN; i++) idx[i] = (i * 5 + 3) % EV, count[idx[i]]++;
+    emb_state e = {NULL, NULL};
+    CHECK_OK(dlt_tensor_zeros(cu, DLT_F32, ws, 2, 0, &e.w));
+    CHECK_OK(dlt_tensor_set_requires_grad(e.w, 1));
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_I64, ns, 1, 0, idx, sizeof idx, &e.idx));
+    dlt_graph *graph = NULL;
+    CHECK_OK(graph_create_logged(cu, emb_step, &e, &graph)); /* two warm-up calls, then capture */
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "not captured: %s", g_logs);
+    /* an eager gradient over BIG_N indices needs ~50x the scratch the graph captured */
+    {
+        int64_t *big = malloc(BIG_N * sizeof *big);
+        REQUIRE(big);
+        for (int i = 0; i < BIG_N; i++) big[i] = i % EV;
+        emb_state b = {NULL, NULL};
+        CHECK_OK(dlt_tensor_zeros(cu, DLT_F32, ws, 2, 0, &b.w));
+        CHECK_OK(dlt_tensor_set_requires_grad(b.w, 1));
+        CHECK_OK(dlt_tensor_from_host(cu, DLT_I64, bs, 1, 0, big, BIG_N * sizeof *big, &b.idx));
+        CHECK_OK(emb_step(&b));
+        dlt_tensor_release(b.w), dlt_tensor_release(b.idx);
+        free(big);
+    }
+    /* canaries: small blocks the pool may carve from whatever was given back */
+    dlt_tensor *canary[CANARIES];
+    for (int i = 0; i < CANARIES; i++) {
+        CHECK_OK(dlt_tensor_empty(cu, DLT_F32, cs, 1, 0, &canary[i]));
+        CHECK_OK(dlt_tensor_fill(canary[i], 7.0));
+    }
+    const int replays = 3;
+    for (int r = 0; r < replays; r++) CHECK_OK(dlt_graph_run(graph));
+    int64_t bad_canaries = 0;
+    static float got[CANARY_N];
+    for (int i = 0; i < CANARIES; i++) {
+        CHECK_OK(dlt_tensor_copy_to_host(canary[i], got, sizeof got));
+        int bad = 0;
+        for (int k = 0; k < CANARY_N; k++) bad += got[k] != 7.0f;
+        bad_canaries += bad > 0;
+        dlt_tensor_release(canary[i]);
+    }
+    CHECK(bad_canaries == 0, "%lld of %d tensors allocated after the buffers grew were overwritten by replays",
+          (long long)bad_canaries, CANARIES);
+    /* the two warm-up calls and each replay added the index counts into w's gradient */
+    float g[EV * ED];
+    CHECK_OK(dlt_tensor_copy_to_host(dlt_tensor_grad(e.w), g, sizeof g));
+    int wrong = 0;
+    for (int v = 0; v < EV; v++)
+        for (int d = 0; d < ED; d++) wrong += g[v * ED + d] != (float)((2 + replays) * count[v]);
+    CHECK(wrong == 0, "%d of %d gradient values differ from (2 warm-ups + %d replays) x the index counts", wrong,
+          EV * ED, replays);
+    dlt_graph_destroy(graph);
+    dlt_tensor_release(e.w), dlt_tensor_release(e.idx);
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     RUN(test_capture_whole_step);
     RUN(test_capture_whole_step_driver_memory);
     RUN(test_graph_arena_output_outlives_graph);
     RUN(test_graph_capture_failure_gives_arena_back);
     RUN(test_capture_adamw_clip_step);
+    RUN(test_graph_keeps_buffers_replaced_after_capture);
     return th_done();
 }
