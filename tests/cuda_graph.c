@@ -505,6 +505,69 @@ static void test_graph_keeps_buffers_replaced_after_capture(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* Under autocast a parameter's bf16 copy is cached until the parameter changes; a capture
+ * must cast anyway, because its replays cannot see later changes. A forward-only graph
+ * captured before the parameter changes (gpt_train's evaluation graph, captured before the
+ * first optimizer step) must compute with the new values on replay. */
+typedef struct cast_state {
+    dlt_tensor *x, *w, *out;
+} cast_state;
+
+static dlt_status cast_step(void *user) {
+    cast_state *c = user;
+    dlt_tensor *y = NULL, *y32 = NULL;
+    dlt_status st = dlt_autocast_begin(dlt_tensor_ctx(c->w), DLT_BF16);
+    if (st != DLT_OK) return st;
+    st = dlt_linear(c->x, c->w, NULL, &y);
+    dlt_status st2 = dlt_autocast_end(dlt_tensor_ctx(c->w));
+    if (st == DLT_OK) st = st2;
+    if (st == DLT_OK) st = dlt_cast(y, DLT_F32, &y32);
+    if (st == DLT_OK) st = dlt_tensor_copy(c->out, y32);
+    dlt_tensor_release(y32);
+    dlt_tensor_release(y);
+    return st;
+}
+
+enum { CR = 16, CI = 32, CO = 8 };
+
+static void test_graph_casts_parameters_on_every_replay(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    const int64_t xs[2] = {CR, CI}, ws[2] = {CO, CI}, os[2] = {CR, CO};
+    static float x[CR * CI], w[CO * CI], out[CR * CO];
+    /* small integers and halves: exact in bf16, sums exact in f32 */
+    for (int i = 0; i < CR * CI; i++) x[i] = (float)((i * 7) % 5) - 2.0f;
+    for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * 3) % 7 - 3);
+    cast_state c = {NULL, NULL, NULL};
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 2, 0, x, sizeof x, &c.x));
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, ws, 2, 0, w, sizeof w, &c.w));
+    CHECK_OK(dlt_tensor_set_requires_grad(c.w, 1)); /* a parameter: its cast is cached */
+    CHECK_OK(dlt_tensor_zeros(cu, DLT_F32, os, 2, 0, &c.out));
+    int32_t prev = 1;
+    CHECK_OK(dlt_grad_set_enabled(cu, 0, &prev)); /* evaluation: no tape */
+    dlt_graph *graph = NULL;
+    CHECK_OK(graph_create_logged(cu, cast_step, &c, &graph));
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "not captured: %s", g_logs);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * (5 + round) + round) % 9 - 4);
+        CHECK_OK(dlt_tensor_copy_from_host(c.w, w, sizeof w)); /* the parameter changes */
+        CHECK_OK(dlt_graph_run(graph));
+        CHECK_OK(dlt_tensor_copy_to_host(c.out, out, sizeof out));
+        int wrong = 0;
+        for (int r = 0; r < CR; r++)
+            for (int o = 0; o < CO; o++) {
+                double a = 0;
+                for (int i = 0; i < CI; i++) a += (double)x[r * CI + i] * w[o * CI + i];
+                wrong += out[r * CO + o] != (float)a;
+            }
+        CHECK(wrong == 0, "replay %d after the parameter changed: %d of %d outputs differ (a stale bf16 copy?)",
+              round + 1, wrong, CR * CO);
+    }
+    CHECK_OK(dlt_grad_set_enabled(cu, prev, NULL));
+    dlt_graph_destroy(graph);
+    dlt_tensor_release(c.x), dlt_tensor_release(c.w), dlt_tensor_release(c.out);
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     RUN(test_capture_whole_step);
     RUN(test_capture_whole_step_driver_memory);
@@ -512,5 +575,6 @@ int main(void) {
     RUN(test_graph_capture_failure_gives_arena_back);
     RUN(test_capture_adamw_clip_step);
     RUN(test_graph_keeps_buffers_replaced_after_capture);
+    RUN(test_graph_casts_parameters_on_every_replay);
     return th_done();
 }

@@ -38,9 +38,10 @@ int32_t dlt__autocast_dtype(const dlt_ctx *ctx) {
 
 int32_t dlt_autocast_dtype(const dlt_ctx *ctx) { return ctx ? dlt__autocast_dtype(ctx) : -1; }
 
-/* The cached low-precision copy is shared by every forward until the parameter changes; each
- * use gets a fresh alias that carries this forward's tape node, so the cache itself never
- * points into a graph (no reference cycle through the parameter). */
+/* The cached low-precision copy is shared by every eager forward until the parameter changes
+ * (a captured step refreshes it on every replay); each use gets a fresh alias that carries
+ * this forward's tape node, so the cache itself never points into a graph (no reference
+ * cycle through the parameter). */
 dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out) {
     if (dtype < 0 || x->dtype == dtype || !dlt__is_float(x->dtype)) {
         *out = dlt_tensor_retain(x);
@@ -62,7 +63,9 @@ dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func,
         x->lp_copy[k] = lp;
         x->lp_version[k] = x->version + 1; /* force the copy below */
     }
-    if (x->lp_version[k] != x->version) {
+    /* a capture always casts: its replays cannot see the parameter change (a graph captured
+     * before the optimizer's steps, e.g. an evaluation graph, would read a stale copy) */
+    if (x->lp_version[k] != x->version || ctx->capturing) {
         dlt_status st = x->numel ? ctx->be->convert(ctx, lp, x) : DLT_OK;
         if (st != DLT_OK) return dlt__err_wrap(st, func);
         x->lp_version[k] = x->version;
