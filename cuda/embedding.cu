@@ -5,9 +5,10 @@
  *             then is NaN, as cross-entropy does with a bad target);
  *   backward  deterministic whatever the mode: the indices are sorted with their positions
  *             (CUB radix sort, stable, so equal indices keep position order), then a block
- *             per run of equal indices and 32 columns sums the run's gradient rows over its
- *             eight warps and adds the warps' sums in a fixed order into dW[v]. No atomics:
- *             the same bits every run. padding_idx and out-of-range indices are skipped.
+ *             per run of equal indices and 256 columns adds the run's gradient rows into
+ *             dW[v]: a warp per 32 columns for short runs, the eight warps over the rows of
+ *             long ones with their sums added in a fixed order. No atomics: the same bits
+ *             every run. padding_idx and out-of-range indices are skipped.
  * The sort's buffers come from the context's scratch (sized in warm-up before a capture).
  */
 #include <cub/device/device_radix_sort.cuh>
@@ -36,19 +37,21 @@ template <typename I> __global__ void iota_keys_kernel(int64_t *keys, int32_t *p
     }
 }
 
-/* One block per run of equal sorted indices and 32 columns (blockIdx.y): warp w adds rows
- * w, w + 8, ... of the run, then warp 0 adds the eight partial sums in warp order. A run
- * of any length is spread over the block's warps and a wide row over blocks, so a small
- * vocabulary (65 characters: runs of hundreds of rows) keeps the GPU busy; the order is
- * fixed, so the result is deterministic. Blocks stride over sorted positions and skip
- * those that do not start a run (block-uniform, so the barriers are safe). */
-constexpr int EMB_WARPS = 8;
+/* A block per run of equal sorted indices and group of eight 32-column tiles (blockIdx.y).
+ * A short run (at most EMB_SHORT rows, GPT-2's words): warp w adds the run's rows in order
+ * for tile w of the group on its own, no barrier. A long run (a 65-character vocabulary:
+ * hundreds of rows): for each tile of the group, warp w adds rows w, w + 8, ... and warp 0
+ * adds the eight partial sums in warp order. The order depends on the run's length only:
+ * deterministic. Blocks stride over sorted positions and skip those that do not start a
+ * run (block-uniform, as is the path, so the barriers are safe). */
+constexpr int EMB_WARPS = 8, EMB_SHORT = 16;
 template <typename T>
 __global__ void __launch_bounds__(EMB_WARPS * 32) embedding_bwd_kernel(void *dw, int tdw, const T *dy, const int64_t *keys,
                                                                     const int32_t *pos, int64_t n, int64_t V, int64_t D,
                                                                     int64_t padding_idx, int beta) {
     __shared__ float part[EMB_WARPS][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t tiles = (D + 31) / 32;
     for (int64_t s = blockIdx.x; s < n; s += gridDim.x) {
         const int64_t v = keys[s];
         if (v >= V || v == padding_idx || (s > 0 && keys[s - 1] == v)) continue;
@@ -61,27 +64,41 @@ __global__ void __launch_bounds__(EMB_WARPS * 32) embedding_bwd_kernel(void *dw,
             if (keys[mid] == v) lo = mid + 1;
             else hi = mid;
         }
-        for (int64_t j = (int64_t)blockIdx.y * 32 + lane; j - lane < D; j += (int64_t)gridDim.y * 32) {
-            float acc = 0.0f;
-            if (j < D)
-                for (int64_t r = s + warp; r < lo; r += EMB_WARPS) acc += to_f<T>(dy[(int64_t)pos[r] * D + j]);
-            part[warp][lane] = acc;
-            __syncthreads();
-            if (warp == 0 && j < D) {
-                float sum = beta ? ld_dt(dw, tdw, v * D + j) : 0.0f;
-#pragma unroll
-                for (int w = 0; w < EMB_WARPS; w++) sum += part[w][lane];
-                st_dt(dw, tdw, v * D + j, sum);
+        const bool shortrun = lo - s <= EMB_SHORT;
+        for (int64_t g = (int64_t)blockIdx.y * EMB_WARPS; g < tiles; g += (int64_t)gridDim.y * EMB_WARPS) {
+            if (shortrun) {
+                const int64_t j = (g + warp) * 32 + lane;
+                if (j < D) {
+                    float acc = beta ? ld_dt(dw, tdw, v * D + j) : 0.0f;
+                    for (int64_t r = s; r < lo; r++) acc += to_f<T>(dy[(int64_t)pos[r] * D + j]);
+                    st_dt(dw, tdw, v * D + j, acc);
+                }
+                continue;
             }
-            __syncthreads(); /* part is rewritten next */
+            for (int64_t t = g; t < g + EMB_WARPS && t < tiles; t++) {
+                const int64_t j = t * 32 + lane;
+                float acc = 0.0f;
+                if (j < D)
+                    for (int64_t r = s + warp; r < lo; r += EMB_WARPS) acc += to_f<T>(dy[(int64_t)pos[r] * D + j]);
+                part[warp][lane] = acc;
+                __syncthreads();
+                if (warp == 0 && j < D) {
+                    float sum = beta ? ld_dt(dw, tdw, v * D + j) : 0.0f;
+#pragma unroll
+                    for (int w = 0; w < EMB_WARPS; w++) sum += part[w][lane];
+                    st_dt(dw, tdw, v * D + j, sum);
+                }
+                __syncthreads(); /* part is rewritten next */
+            }
         }
     }
 }
 
 /* blocks over sorted positions (at most 4096: each strides over n / 4096 of them) times
- * 32-column tiles of the row (at most 65535: the kernel strides over the rest) */
+ * groups of eight 32-column tiles (at most 65535 groups: the kernel strides over the rest) */
 static dim3 bwd_grid(int64_t n, int64_t D) {
-    const int64_t x = n < 4096 ? (n > 0 ? n : 1) : 4096, y = D > 0 ? (D + 31) / 32 : 1;
+    const int64_t x = n < 4096 ? (n > 0 ? n : 1) : 4096, tiles = D > 0 ? (D + 31) / 32 : 1,
+                  y = (tiles + EMB_WARPS - 1) / EMB_WARPS;
     return dim3((unsigned)x, (unsigned)(y < 65535 ? y : 65535));
 }
 

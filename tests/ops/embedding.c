@@ -30,6 +30,14 @@ static const ot_case CASES[] = {
      * its 4096 blocks, which then stride */
     {"5 rows of 70, 5000 i64 indices (long runs)", fwd, ref, 2, {{OT_X, 2, {5, 70}, 0, 0, 0}, {OT_I64, 1, {5000}, 0, 5, 0}},
      2, {5000, 70}, -1, {DLT_NO_PADDING_IDX}, .flags = OT_NO_FD},
+    /* rows of 300: two groups of eight 32-column tiles, short runs (a warp per tile) and
+     * long ones (the warps over the rows, 34 per run) */
+    {"7 rows of 300, 40 indices (short runs, two tile groups)", fwd, ref, 2,
+     {{OT_X, 2, {7, 300}, 0, 0, 0}, {OT_I64, 1, {40}, 0, 7, 0}}, 2, {40, 300}, -1, {DLT_NO_PADDING_IDX},
+     .flags = OT_NO_FD},
+    {"3 rows of 300, 100 indices (long runs, two tile groups)", fwd, ref, 2,
+     {{OT_X, 2, {3, 300}, 0, 0, 0}, {OT_I32, 1, {100}, 0, 3, 0}}, 2, {100, 300}, -1, {DLT_NO_PADDING_IDX},
+     .flags = OT_NO_FD},
     /* padding_idx: the forward reads the row, the gradient skips it, which a finite
      * difference of the forward cannot check (PyTorch's rule, not the derivative): CUDA
      * against the CPU only, with long runs of repeated indices */
