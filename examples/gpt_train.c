@@ -283,28 +283,34 @@ static dlt_status close_segment(run *r, int64_t last) {
     return DLT_OK;
 }
 
-/* One evaluation batch of a split: draw, forward (the caller set eval mode and no grad), and
- * eval_sum += loss. Enqueues work only, so dlt_graph_create can capture it. */
-static dlt_status eval_batch(void *user) {
-    eval_pass *ev = user;
-    run *r = ev->r;
+/* The loss of the split's next batch as a [1] tensor: draw, forward under the run's autocast
+ * (the caller set eval mode and no grad). The loss is f32 (autocast's fp32 list). */
+static dlt_status eval_loss(run *r, dlt_token_loader *ld, dlt_tensor **l1) {
     const options *o = &r->o;
-    dlt_tensor *x = NULL, *y = NULL, *loss = NULL, *l1 = NULL, *sum = NULL;
+    dlt_tensor *x = NULL, *y = NULL, *loss = NULL;
     const int64_t one = 1;
-    dlt_status st = dlt_token_loader_next(ev->ld, &x, &y);
+    dlt_status st = dlt_token_loader_next(ld, &x, &y);
     if (st == DLT_OK && o->amp != DLT_F32) st = dlt_autocast_begin(r->ctx, o->amp);
     if (st == DLT_OK) {
         st = dlt_gpt_forward(r->s.model, x, y, NULL, &loss);
         dlt_status st2 = o->amp != DLT_F32 ? dlt_autocast_end(r->ctx) : DLT_OK;
         if (st == DLT_OK) st = st2;
     }
-    if (st == DLT_OK) st = dlt_reshape(loss, &one, 1, &l1);
-    if (st == DLT_OK) st = dlt_tensor_copy(r->eval_one, l1); /* the loss as f32 */
-    if (st == DLT_OK) st = dlt_add(r->eval_sum, r->eval_one, &sum);
-    if (st == DLT_OK) st = dlt_tensor_copy(r->eval_sum, sum);
+    if (st == DLT_OK) st = dlt_reshape(loss, &one, 1, l1);
+    dlt_tensor_release(loss);
+    return st;
+}
+
+/* One evaluation batch as a step for dlt_graph_create: eval_sum += its loss. Enqueues work
+ * only. */
+static dlt_status eval_batch(void *user) {
+    eval_pass *ev = user;
+    dlt_tensor *l1 = NULL, *sum = NULL;
+    dlt_status st = eval_loss(ev->r, ev->ld, &l1);
+    if (st == DLT_OK) st = dlt_add(ev->r->eval_sum, l1, &sum);
+    if (st == DLT_OK) st = dlt_tensor_copy(ev->r->eval_sum, sum);
     dlt_tensor_release(sum);
     dlt_tensor_release(l1);
-    dlt_tensor_release(loss);
     return st;
 }
 
@@ -314,21 +320,12 @@ static dlt_status eval_eager(run *r, dlt_token_loader *ld, double *sum) {
     const options *o = &r->o;
     dlt_status st = DLT_OK;
     for (int64_t k = 0; st == DLT_OK && k < o->eval_iters; k++) {
-        dlt_tensor *x = NULL, *y = NULL, *loss = NULL, *l1 = NULL, *slot = NULL;
-        const int64_t one = 1;
-        st = dlt_token_loader_next(ld, &x, &y);
-        if (st == DLT_OK && o->amp != DLT_F32) st = dlt_autocast_begin(r->ctx, o->amp);
-        if (st == DLT_OK) {
-            st = dlt_gpt_forward(r->s.model, x, y, NULL, &loss);
-            dlt_status st2 = o->amp != DLT_F32 ? dlt_autocast_end(r->ctx) : DLT_OK;
-            if (st == DLT_OK) st = st2;
-        }
-        if (st == DLT_OK) st = dlt_reshape(loss, &one, 1, &l1);
+        dlt_tensor *l1 = NULL, *slot = NULL;
+        st = eval_loss(r, ld, &l1);
         if (st == DLT_OK) st = dlt_narrow(r->eval_losses, 0, k, 1, &slot);
         if (st == DLT_OK) st = dlt_tensor_copy(slot, l1);
         dlt_tensor_release(slot);
         dlt_tensor_release(l1);
-        dlt_tensor_release(loss);
     }
     float *v = st == DLT_OK ? malloc((size_t)o->eval_iters * sizeof *v) : NULL;
     if (st == DLT_OK && !v) st = dlt_set_error(DLT_ERR_OUT_OF_MEMORY, "gpt_train: out of memory");
@@ -511,7 +508,6 @@ int main(int argc, char **argv) {
         if (r->eval_graphs) {
             const int64_t one = 1;
             TRY(dlt_tensor_zeros(r->ctx, DLT_F32, &one, 1, 0, &r->eval_sum));
-            TRY(dlt_tensor_zeros(r->ctx, DLT_F32, &one, 1, 0, &r->eval_one));
         }
     }
     r->flops_per_iter = gpt_flops_per_token(r->s.model, o->context) * (double)(r->tokens_per_iter / r->world);
@@ -634,7 +630,6 @@ fail:
     dlt_graph_destroy(r->evp[0].graph);
     dlt_graph_destroy(r->evp[1].graph);
     dlt_tensor_release(r->eval_sum);
-    dlt_tensor_release(r->eval_one);
     dlt_ddp_destroy(r->ddp);
     gpt_step_fini(&r->s);
     dlt_grad_scaler_destroy(r->s.scaler);

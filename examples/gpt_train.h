@@ -66,7 +66,7 @@ typedef struct run {
      * train, [1] val) replayed eval_iters times, adding the losses into eval_sum (f32 [1]) */
     int eval_graphs;
     eval_pass evp[2];
-    dlt_tensor *eval_sum, *eval_one;
+    dlt_tensor *eval_sum;
     gpt_step s;
     dlt_graph *graph;
     char devname[256], model_name[64];
