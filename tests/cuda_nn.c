@@ -348,14 +348,6 @@ static void test_layer_norm_adds_into_residual_grad(void) {
  * per-head calls, and the result is bitwise the unpack-attend-pack path's (the packed
  * entries refused), which runs the same kernels on contiguous heads. */
 static int g_refuse_packed;
-static int64_t cc_major(dlt_ctx *ctx) {
-    dlt_device_info *info = NULL;
-    int64_t major = 0;
-    if (dlt_device_info_get(dlt_ctx_device_index(ctx), &info) != DLT_OK) return 0;
-    if (dlt_device_info_int(info, DLT_DEVINFO_CC_MAJOR, &major) != DLT_OK) major = 0;
-    dlt_device_info_destroy(info);
-    return major;
-}
 static int64_t g_packed_served, g_copies, g_head_calls;
 static dlt_status count_qkv_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *qkv,
                                 const dlt_sdpa_params *p, int *served) {
@@ -443,7 +435,7 @@ static void test_packed_attention_in_place(void) {
     printf("# in place: %lld packed calls served, %lld copies, %lld per-head calls; unpacked: %lld copies, %lld "
            "per-head calls\n", (long long)served, (long long)copies, (long long)heads, (long long)copies_unpacked,
            (long long)heads_unpacked);
-    if (cc_major(cu) >= 8) { /* below, the reference kernels serve (unpacked) */
+    if (th_cc_major(cu) >= 8) { /* below, the reference kernels serve (unpacked) */
         CHECK(served == 2 && copies == 0 && heads == 0,
               "packed attention: %lld of 2 packed calls served, %lld copies, %lld per-head calls (want 2, 0, 0)",
               (long long)served, (long long)copies, (long long)heads);

@@ -142,15 +142,6 @@ static double *attention_out(const ot_case *c, double *const *vals, sdp_setter p
     return out;
 }
 
-/* the device's compute capability major version (0 when it cannot be read) */
-static int64_t cc_major(void) {
-    dlt_device_info *info = NULL;
-    int64_t major = 0;
-    if (dlt_device_info_get(dlt_ctx_device_index(g_dev), &info) != DLT_OK) return 0;
-    if (dlt_device_info_int(info, DLT_DEVINFO_CC_MAJOR, &major) != DLT_OK) major = 0;
-    dlt_device_info_destroy(info);
-    return major;
-}
 
 static sdp_setter g_path;
 static const char *g_path_name;
@@ -161,7 +152,7 @@ static const char *g_path_name;
 static void path_engaged(void) {
     if (!g_dev) SKIP("%s", g_no_dev);
     if (dlt_ctx_device_type(g_dev) != DLT_DEVICE_CUDA) SKIP("self-test: no CUDA device");
-    const int64_t major = cc_major();
+    const int64_t major = th_cc_major(g_dev);
     if (major < 8) SKIP("compute capability %lld.x: %s needs sm_80, the reference runs", (long long)major, g_path_name);
     const ot_case *c = g_case;
     double *vals[OT_MAX_IN] = {NULL};
@@ -228,7 +219,7 @@ static double *attention_grads(const ot_case *c, double *const *vals, int32_t cu
 static void cudnn_deterministic(void) {
     if (!g_dev) SKIP("%s", g_no_dev);
     if (dlt_ctx_device_type(g_dev) != DLT_DEVICE_CUDA) SKIP("self-test: no CUDA device");
-    const int64_t major = cc_major();
+    const int64_t major = th_cc_major(g_dev);
     if (major < 8) SKIP("compute capability %lld.x: no cuDNN attention engine", (long long)major);
     const ot_case *c = g_case;
     double *vals[OT_MAX_IN] = {NULL};

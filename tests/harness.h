@@ -168,6 +168,17 @@ static TH_UNUSED dlt_ctx *th_dev_ctx(char *why, size_t n) {
     return ctx;
 }
 
+/* The compute capability's major version of ctx's device (0 when it cannot be read: the
+ * CPU, or no device information) */
+static TH_UNUSED int64_t th_cc_major(dlt_ctx *ctx) {
+    dlt_device_info *info = NULL;
+    int64_t major = 0;
+    if (!ctx || dlt_device_info_get(dlt_ctx_device_index(ctx), &info) != DLT_OK) return 0;
+    if (dlt_device_info_int(info, DLT_DEVINFO_CC_MAJOR, &major) != DLT_OK) major = 0;
+    dlt_device_info_destroy(info);
+    return major;
+}
+
 /* A whole file's bytes with one spare byte after them, or NULL (*n = 0); the caller frees. */
 static TH_UNUSED unsigned char *th_read_file(const char *path, size_t *n) {
     *n = 0;

@@ -33,21 +33,15 @@ alignas(16) static uint4 smem[(256 * 1024) / 16];
 static std::barrier<> *block_bar;
 static std::barrier<> *warp_bar[4];
 static void __syncthreads() { block_bar->arrive_and_wait(); }
-static float xch[4][32];
-static float __shfl_xor_sync(unsigned, float v, int o) {
+// the warp's lanes exchange 32-bit values (floats and Philox words) through one array
+static uint32_t xch[4][32];
+template <typename V> static V __shfl_xor_sync(unsigned, V v, int o) {
+    static_assert(sizeof(V) == 4, "32-bit shuffles only");
     int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    xch[w][l] = v;
+    memcpy(&xch[w][l], &v, 4);
     warp_bar[w]->arrive_and_wait();
-    float r = xch[w][l ^ o];
-    warp_bar[w]->arrive_and_wait();
-    return r;
-}
-static uint32_t xchu[4][32];
-static uint32_t __shfl_xor_sync(unsigned, uint32_t v, int o) {
-    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    xchu[w][l] = v;
-    warp_bar[w]->arrive_and_wait();
-    uint32_t r = xchu[w][l ^ o];
+    V r;
+    memcpy(&r, &xch[w][l ^ o], 4);
     warp_bar[w]->arrive_and_wait();
     return r;
 }
