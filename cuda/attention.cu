@@ -195,6 +195,22 @@ __global__ void sdpa_dkv_kernel(T *dk, T *dv, const T *dout, const T *q, const T
 
 float keep_scale_of(const dlt_sdpa_params *p) { return p->dropout_p < 1.0 ? (float)(1.0 / (1.0 - p->dropout_p)) : 0.0f; }
 
+/* delta[B*H*T] = rowsum(dO * O) into the context's scratch, on the stream: the first step of
+ * every backward path below */
+dlt_status delta_of(dlt_ctx *ctx, const dlt_tensor *dout, const dlt_tensor *o, const dlt_sdpa_params *p,
+                    const char *F, float **delta) {
+    const int64_t rows_q = p->B * p->H * p->T;
+    void *scratch = NULL;
+    DLT_CHECK(dlt__cuda_scratch(ctx, (size_t)rows_q * sizeof(float), &scratch));
+    *delta = (float *)scratch;
+    cudaStream_t st = dlt__stream(ctx);
+    DLT_DISPATCH_FLOAT(o->dtype, T, DLT_SDPA_DPL(p->D, DPL,
+        sdpa_delta_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(*delta, (const T *)dlt__data(dout),
+                                                                            (const T *)dlt__data(o), *p)));
+    DLT_CU_LAUNCHED(ctx, F);
+    return DLT_OK;
+}
+
 } // namespace
 
 extern "C" {
@@ -247,21 +263,13 @@ dlt_status dlt__cuda_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_
     const uint64_t *base = (const uint64_t *)ctx->rng_base;
     const float ks = keep_scale_of(p);
     cudaStream_t st = dlt__stream(ctx);
-    void *scratch = NULL;
-    DLT_CHECK(dlt__cuda_scratch(ctx, (size_t)rows_q * sizeof(float), &scratch));
-    float *delta = (float *)scratch;
+    float *delta = NULL;
+    DLT_CHECK(delta_of(ctx, dout, o, p, F, &delta));
     const void *ptrs[8] = {dlt__data(dq), dlt__data(dk), dlt__data(dv), dlt__data(dout),
                            dlt__data(q),  dlt__data(k),  dlt__data(v),  dlt__data(o)};
-    if (dlt__cuda_flash_sdp_ok(ctx, q->dtype, p, ptrs, 8)) {
-        DLT_DISPATCH_FLOAT(q->dtype, T, DLT_SDPA_DPL(p->D, DPL,
-            sdpa_delta_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(delta, (const T *)dlt__data(dout),
-                                                                                (const T *)dlt__data(o), *p)));
-        DLT_CU_LAUNCHED(ctx, F);
+    if (dlt__cuda_flash_sdp_ok(ctx, q->dtype, p, ptrs, 8))
         return dlt__cuda_flash_sdp_bwd(ctx, dq, dk, dv, dout, q, k, v, lse, delta, p);
-    }
     DLT_DISPATCH_FLOAT(q->dtype, T, DLT_SDPA_DPL(p->D, DPL, {
-        sdpa_delta_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(delta, (const T *)dlt__data(dout),
-                                                                            (const T *)dlt__data(o), *p);
         sdpa_dq_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(
             (T *)dlt__data(dq), (const T *)dlt__data(dout), (const T *)dlt__data(q), (const T *)dlt__data(k),
             (const T *)dlt__data(v), (const float *)dlt__data(lse), delta, *p, base, ks);
@@ -297,15 +305,8 @@ dlt_status dlt__cuda_sdpa_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tens
         return DLT_OK; /* an upstream gradient of another dtype: the generic path converts it */
     const void *ptrs[4] = {dlt__data(dqkv), dlt__data(dout), dlt__data(qkv), dlt__data(o)};
     if (!dlt__cuda_flash_sdp_ok(ctx, qkv->dtype, p, ptrs, 4)) return DLT_OK;
-    const int64_t rows_q = p->B * p->H * p->T;
-    void *scratch = NULL;
-    DLT_CHECK(dlt__cuda_scratch(ctx, (size_t)rows_q * sizeof(float), &scratch));
-    float *delta = (float *)scratch;
-    cudaStream_t st = dlt__stream(ctx);
-    DLT_DISPATCH_FLOAT(qkv->dtype, T, DLT_SDPA_DPL(p->D, DPL,
-        sdpa_delta_kernel<T, DPL><<<grid_for(rows_q * 32, 128), 128, 0, st>>>(delta, (const T *)dlt__data(dout),
-                                                                            (const T *)dlt__data(o), *p)));
-    DLT_CU_LAUNCHED(ctx, F);
+    float *delta = NULL;
+    DLT_CHECK(delta_of(ctx, dout, o, p, F, &delta));
     DLT_CHECK(dlt__cuda_flash_sdp_bwd(ctx, dqkv, dqkv, dqkv, dout, qkv, qkv, qkv, lse, delta, p));
     *served = 1;
     return DLT_OK;

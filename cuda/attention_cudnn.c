@@ -331,13 +331,9 @@ static void bind(dlt_cudnn_plan *e, void *const *by_uid, void **ptrs) {
  * the three column blocks of the one [B,T,3C] tensor passed as each */
 static void heads_ptrs(const dlt_sdpa_params *p, const dlt_tensor *q, const dlt_tensor *k, const dlt_tensor *v,
                        void **out) {
-    if (!p->qkv_packed) {
-        out[0] = dlt__data(q), out[1] = dlt__data(k), out[2] = dlt__data(v);
-        return;
-    }
-    const size_t block = (size_t)(p->H * p->D) * dlt__dtype_size(q->dtype);
-    char *base = (char *)dlt__data(q);
-    out[0] = base, out[1] = base + block, out[2] = base + 2 * block;
+    const dlt_tensor *t[3] = {q, k, v};
+    for (int i = 0; i < 3; i++)
+        out[i] = (char *)dlt__data(t[i]) + (size_t)dlt__sdpa_part_offset(p, i) * dlt__dtype_size(t[i]->dtype);
 }
 
 dlt_status dlt__cudnn_sdp_fwd(dlt_ctx *ctx, dlt_tensor *o, dlt_tensor *lse, const dlt_tensor *q,

@@ -661,7 +661,7 @@ flash_layouts layouts_of(const dlt_sdpa_params *p) {
 
 /* The data of head tensor `part` (0 q, 1 k, 2 v): t's, or its part of a packed qkv. */
 const void *part_of(const dlt_sdpa_params *p, const dlt_tensor *t, int part) {
-    return (const char *)dlt__data(t) + (p->qkv_packed ? (size_t)(part * p->H * p->D) * dlt__dtype_size(t->dtype) : 0);
+    return (const char *)dlt__data(t) + (size_t)dlt__sdpa_part_offset(p, part) * dlt__dtype_size(t->dtype);
 }
 
 /* Calls the body with DP (the padded head dim) and T (the element type) as constants. */

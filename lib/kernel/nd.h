@@ -95,6 +95,12 @@ typedef struct dlt_sdpa_params {
     uint64_t seed, offset;
 } dlt_sdpa_params;
 
+/* Where head tensor `part` (0 q, 1 k, 2 v) starts, in elements, in the tensor holding it:
+ * its part's columns of a packed qkv (p->qkv_packed), else the tensor's start. */
+static inline int64_t dlt__sdpa_part_offset(const dlt_sdpa_params *p, int part) {
+    return p->qkv_packed ? part * p->H * p->D : 0;
+}
+
 /* Cross-entropy (entries `ce_fwd`, `ce_bwd`) over logits [N, K] row-major whose first
  * n_classes columns are the classes; the rest (vocabulary padding) take no part in the
  * softmax and get a zero gradient. Per row with target t != ignore_index:
