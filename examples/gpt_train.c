@@ -11,9 +11,9 @@
  * the warm-up + cosine schedule, gradient accumulation with the loss divided by --accum,
  * clipping after unscaling, fp16 with the GradScaler. The iteration itself is gpt_step.c
  * (shared with bench_gpt); on CUDA it runs as one captured graph (--eager: plain calls),
- * evaluation eagerly between replays; with --eval-graph each split's evaluation batch is a
- * captured graph too, replayed --eval-iters times (the losses summed in f32 on the device;
- * eagerly: in double on the host). Checkpoints, the closing table, the run record and
+ * and each split's evaluation batch is a captured graph too, replayed --eval-iters times
+ * (the losses summed in f32 on the device; --eager-eval or --eager: plain calls, summed in
+ * double on the host). Checkpoints, the closing table, the run record and
  * sampling are in gpt_train_out.c. nanoGPT's loop trains one more step after its last evaluation (iteration
  * max_iters), which no evaluation or checkpoint ever sees; this loop stops at that
  * evaluation, so --iters N trains N iterations.
@@ -174,8 +174,8 @@ static int parse_args(int argc, char **argv, options *o) {
          .help = "also save every N iterations and at the end (0: only\nwhen the validation loss improves)"},
         {"resume", CLI_FLAG, &o->resume, .help = "continue from --out's checkpoint"},
         {"eager", CLI_FLAG, &o->eager, .help = "plain calls instead of one captured CUDA graph per step"},
-        {"eval-graph", CLI_FLAG, &o->eval_graph,
-         .help = "CUDA: each evaluation batch as a captured graph too\n(faster evaluation; not yet the default)"},
+        {"eager-eval", CLI_FLAG, &o->eager_eval,
+         .help = "CUDA: evaluate with plain calls while the step is\ncaptured (default: each split's evaluation batch is a\ncaptured graph too)"},
         {"deterministic", CLI_FLAG, &o->deterministic,
          .help = "deterministic kernels only (bitwise-reproducible CUDA runs)"},
         {"sdp", CLI_CHOICE, &o->sdp, .choices = GPT_SDP_NAMES, .values = GPT_SDP_VALUES, .metavar = "K",
@@ -504,7 +504,7 @@ int main(int argc, char **argv) {
         if (r->val) TRY(dlt_token_loader_create(r->val, o->batch, o->context, (uint64_t)o->seed + 2, &r->eval_val));
         r->evp[0].ld = r->eval_train;
         r->evp[1].ld = r->eval_val;
-        r->eval_graphs = o->eval_graph && !o->eager && o->device == DLT_DEVICE_CUDA;
+        r->eval_graphs = !o->eager_eval && !o->eager && o->device == DLT_DEVICE_CUDA;
         if (r->eval_graphs) {
             const int64_t one = 1;
             TRY(dlt_tensor_zeros(r->ctx, DLT_F32, &one, 1, 0, &r->eval_sum));

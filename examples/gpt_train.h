@@ -31,7 +31,7 @@ typedef struct options {
     const char *out;
     int64_t save_every;
     int resume, eager, deterministic;
-    int eval_graph; /* --eval-graph: each split's evaluation batch as a captured graph */
+    int eager_eval; /* --eager-eval: evaluation by plain calls (default on CUDA: a captured graph per split) */
     int32_t sdp;       /* --sdp cudnn|flash|math (GPT_SDP_*, gpt_step.h) */
     int64_t sample, top_k, seed;
     double temperature, peak_tflops;
@@ -62,7 +62,7 @@ typedef struct run {
     dlt_token_dataset *train, *val;
     dlt_token_loader *eval_train, *eval_val;
     dlt_tensor *eval_losses;
-    /* --eval-graph on CUDA without --eager: each split's evaluation batch is a captured graph (eval_pass[0]
+    /* on CUDA without --eager or --eager-eval: each split's evaluation batch is a captured graph (eval_pass[0]
      * train, [1] val) replayed eval_iters times, adding the losses into eval_sum (f32 [1]) */
     int eval_graphs;
     eval_pass evp[2];

@@ -194,8 +194,8 @@ if [ -z "$bad" ]; then ok "the GPU-side scripts parse (bash -n, Python syntax)";
 
 # 17-19: on a GPU (CUDA build): the captured graph against --eager, a deterministic resume,
 # and fp32 on CUDA against the CPU (the same batches and init: the same losses to 1e-3)
-# (--eval-graph: evaluation batches as captured graphs too, except where --eager)
-C=(--preset tiny --device cuda --text "$text" --batch 8 --eval-iters 4 --log-interval 5 --eval-interval 10 --lr-decay-iters 20 --warmup-iters 2 --eval-graph)
+# (evaluation batches as captured graphs too, the default, except where --eager)
+C=(--preset tiny --device cuda --text "$text" --batch 8 --eval-iters 4 --log-interval 5 --eval-interval 10 --lr-decay-iters 20 --warmup-iters 2)
 "$G" "${C[@]}" --iters 20 --out "$tmp/cg" --save-every 20 --deterministic >"$tmp/cg.log" 2>&1; rc=$?
 if [ $rc != 0 ]; then
   why=$(grep -m1 "$(basename "$G")" "$tmp/cg.log" | cut -c1-120)
