@@ -51,7 +51,6 @@ struct CeArgs {
     int64_t C;     /* classes: the first C columns */
     float ls;      /* label smoothing */
     int reduction; /* DLT_REDUCTION_* */
-    int rows_saved; /* the row losses are in saved[N+1..] whatever ls and the reduction (ce_lse_grad_kernel) */
 };
 
 /* Online log-sum-exp of a stream of values: m the largest so far, s = sum exp(v - m), sx =
@@ -260,7 +259,7 @@ __global__ void ce_reduce_kernel(float *__restrict__ loss, float *__restrict__ s
                                  int64_t K, CeArgs a) {
     __shared__ float wsum[32];
     __shared__ long long wcnt[32];
-    const bool row_losses = a.rows_saved || a.ls != 0.0f || a.reduction == DLT_REDUCTION_NONE;
+    const bool row_losses = a.ls != 0.0f || a.reduction == DLT_REDUCTION_NONE;
     float acc = 0.0f;
     long long cnt = 0;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
@@ -371,125 +370,6 @@ __global__ void ce_bwd_vec_kernel(D *dx, const T *x, const I *__restrict__ tg, /
     }
 }
 
-/* ce_fwd_grad (see dlt__cuda_ce_fwd_grad): the count of non-ignored rows into saved[N]
- * first, since the gradient's 1/count is needed before the last row is done (ce_reduce_kernel
- * writes the same value again). One block. */
-template <typename I>
-__global__ void ce_count_kernel(float *__restrict__ saved, const I *__restrict__ tg, int64_t N, int64_t ignore) {
-    __shared__ long long wcnt[32];
-    long long c = 0;
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) c += (int64_t)tg[i] != ignore;
-    for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) wcnt[warp] = c;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        long long t = 0;
-        for (int w = 0; w < nw; w++) t += wcnt[w];
-        saved[N] = (float)t;
-    }
-}
-
-/* A block of CE_GRAD_THREADS per row: ce_lse_kernel<T, I, 8>'s log-sum-exp (the same values
- * in the same order per thread, the same merges: the same bits) while the row's class
- * vectors are kept in shared memory, then ce_bwd_vec_kernel's gradient for dloss = 1 from
- * there, written over the row. The logits are read from memory once, where ce_fwd then
- * ce_bwd read them twice. The row loss goes to saved[N + 1 + i] (the target's logit is
- * overwritten by the time ce_reduce_kernel runs). Needs 16-byte aligned rows, K % 8 == 0 and
- * ceil(C / 8) 16-byte vectors of dynamic shared memory. */
-#define CE_GRAD_THREADS 256
-template <typename T, typename I>
-__global__ void __launch_bounds__(CE_GRAD_THREADS)
-    ce_lse_grad_kernel(float *__restrict__ saved, T *x, const I *__restrict__ tg, int64_t N, int64_t K, CeArgs a) {
-    static_assert(sizeof(T) == 2, "16-bit logits");
-    constexpr int NT = CE_GRAD_THREADS, NW = NT / 32, W = 8;
-    extern __shared__ uint4 keep[]; /* the row's first ceil(C / 8) vectors */
-    __shared__ Lse part[NW];
-    __shared__ float row_lse;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    const bool want_sx = a.ls != 0.0f;
-    const float g = a.reduction == DLT_REDUCTION_MEAN ? 1.0f / saved[N] : 1.0f; /* dloss = 1 */
-    const float smooth = a.ls / (float)a.C;
-    const int64_t nv = a.C / W, kv = K / W, cv = (a.C + W - 1) / W;
-    for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
-        T *row = x + i * K;
-        const uint4 *vp = (const uint4 *)row;
-        Lse acc = {-INFINITY, 0.0f, 0.0f};
-        int64_t c = t;
-        for (; c + 3 * NT < nv; c += 4 * NT) { /* row_part's order: vectors c, c + NT, ... */
-            Vec16<T> r[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) r[u].raw = vp[c + u * NT];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                keep[c + u * NT] = r[u].raw;
-                float f[W];
-#pragma unroll
-                for (int e = 0; e < W; e++) f[e] = to_f<T>(r[u].v[e]);
-                lse_push<W>(acc, f, want_sx);
-            }
-        }
-        for (; c < nv; c += NT) {
-            Vec16<T> r;
-            r.raw = vp[c];
-            keep[c] = r.raw;
-            float f[W];
-#pragma unroll
-            for (int e = 0; e < W; e++) f[e] = to_f<T>(r.v[e]);
-            lse_push<W>(acc, f, want_sx);
-        }
-        if (nv < cv && t == 0) keep[nv] = vp[nv]; /* the vector holding the last classes */
-        for (int64_t j = nv * W + t; j < a.C; j += NT) {
-            const float f[1] = {to_f<T>(row[j])};
-            lse_push<1>(acc, f, want_sx);
-        }
-        lse_warp(acc, want_sx);
-        if (lane == 0) part[warp] = acc;
-        __syncthreads();
-        if (t == 0) {
-            for (int w = 1; w < NW; w++) lse_merge(acc, part[w]);
-            const float lse = lse_value(acc);
-            int counted;
-            saved[i] = lse;
-            saved[N + 1 + i] = row_loss<T, I>(x, tg, i, K, a, lse, acc.sx, &counted);
-            row_lse = lse;
-        }
-        __syncthreads(); /* keep[] is complete, the target logit read */
-        const float lse = row_lse;
-        const int64_t tg_i = (int64_t)tg[i];
-        const bool zero = tg_i == a.ignore, bad = !zero && (tg_i < 0 || tg_i >= a.C);
-        uint4 *dr = (uint4 *)row;
-        for (int64_t v = t; v < kv; v += NT)
-            dr[v] = v < cv ? ce_bwd_vec8<T, T>(keep[v], v * W, tg_i, zero, bad, g, lse, smooth, a)
-                           : make_uint4(0u, 0u, 0u, 0u); /* padding columns: 0 */
-        __syncthreads(); /* keep[], part[] and row_lse are the next row's */
-    }
-}
-
-/* dx *= dloss[0], nothing when it is 1 (the whole grid returns at once). */
-template <typename T>
-__global__ void ce_grad_scale_kernel(T *dx, const float *__restrict__ dloss, int64_t n) {
-    const float g = dloss[0];
-    if (g == 1.0f) return;
-    const int64_t step = (int64_t)gridDim.x * blockDim.x;
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if constexpr (sizeof(T) == 2) {
-        if (((uintptr_t)dx & 15) == 0) {
-            uint4 *v = (uint4 *)dx;
-            const int64_t nv = n / 8;
-            for (int64_t k = i; k < nv; k += step) {
-                Vec16<T> r;
-                r.raw = v[k];
-#pragma unroll
-                for (int e = 0; e < 8; e++) r.v[e] = from_f<T>(to_f<T>(r.v[e]) * g);
-                v[k] = r.raw;
-            }
-            i += nv * 8;
-        }
-    }
-    for (; i < n; i += step) dx[i] = from_f<T>(to_f<T>(dx[i]) * g);
-}
-
 /* Warp-level argmax; (v, i) pairs with i < 0 meaning "no element". */
 __device__ __forceinline__ void argmax_take(float &bv, int64_t &bi, float v, int64_t i) {
     bool take;
@@ -534,7 +414,6 @@ CeArgs ce_args(const dlt_ce_params *p) {
     a.C = p->n_classes;
     a.ls = (float)p->label_smoothing;
     a.reduction = p->reduction;
-    a.rows_saved = 0;
     return a;
 }
 
@@ -588,55 +467,6 @@ dlt_status launch_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss
     return DLT_OK;
 }
 
-/* ce_lse_grad_kernel's dynamic shared memory at most: two blocks per SM (228 KB on Hopper,
- * 164 KB on A100: one there) for vocabularies up to ~57k classes. */
-#define CE_GRAD_SMEM_MAX (112 * 1024)
-
-template <typename T, typename I>
-dlt_status launch_fwd_grad(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *logits,
-                           const dlt_tensor *targets, CeArgs a, int *served) {
-    static const char *F = "dlt_cross_entropy";
-    const int64_t N = logits->shape[0], K = logits->shape[1];
-    const size_t bytes = (size_t)((a.C + 7) / 8) * 16;
-    T *x = (T *)dlt__data(logits);
-    if (sizeof(T) != 2 || K % 8 != 0 || !vec16_ok(N * K, 8, x) || a.C < CE_BLOCK_ROW_MIN ||
-        N * K <= CE_FUSED_MAX_ELEMS || bytes > CE_GRAD_SMEM_MAX ||
-        (a.reduction != DLT_REDUCTION_MEAN && a.reduction != DLT_REDUCTION_SUM))
-        return DLT_OK; /* *served stays 0 */
-    if constexpr (sizeof(T) == 2) {
-        cudaStream_t st = dlt__stream(ctx);
-        float *l = (float *)dlt__data(loss), *sv = (float *)dlt__data(saved);
-        const I *tg = (const I *)dlt__data(targets);
-        auto kernel = ce_lse_grad_kernel<T, I>;
-        if (bytes > 48 * 1024) /* the opt-in: host-side, allowed during capture */
-            DLT_CU(ctx, cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), F);
-        ce_count_kernel<I><<<1, 1024, 0, st>>>(sv, tg, N, a.ignore);
-        DLT_CU_LAUNCHED(ctx, F);
-        int64_t blocks = N;
-        const int64_t cap = (int64_t)dlt__cu(ctx)->sm_count * 8;
-        if (cap > 0 && blocks > cap) blocks = cap;
-        kernel<<<(unsigned)blocks, CE_GRAD_THREADS, bytes, st>>>(sv, x, tg, N, K, a);
-        DLT_CU_LAUNCHED(ctx, F);
-        a.rows_saved = 1;
-        ce_reduce_kernel<T, I><<<1, 1024, 0, st>>>(l, sv, x, tg, N, K, a);
-        DLT_CU_LAUNCHED(ctx, F);
-        *served = 1;
-    }
-    return DLT_OK;
-}
-
-template <typename T>
-dlt_status launch_grad_scale(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dloss) {
-    const int64_t n = dx->numel;
-    int64_t blocks = grid_for(sizeof(T) == 2 ? (n + 7) / 8 : n, 256);
-    const int64_t cap = (int64_t)dlt__cu(ctx)->sm_count * 8; /* most blocks return at once */
-    if (cap > 0 && blocks > cap) blocks = cap;
-    ce_grad_scale_kernel<T><<<(unsigned)blocks, 256, 0, dlt__stream(ctx)>>>(
-        (T *)dlt__data(dx), (const float *)dlt__data(dloss), n);
-    DLT_CU_LAUNCHED(ctx, "dlt_cross_entropy_backward");
-    return DLT_OK;
-}
-
 template <typename T, typename I>
 dlt_status launch_count(dlt_ctx *ctx, void *correct, const dlt_tensor *logits, const dlt_tensor *targets) {
     const int64_t N = logits->shape[0], K = logits->shape[1];
@@ -682,26 +512,6 @@ dlt_status dlt__cuda_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor 
             return launch_bwd<T, D, int64_t>(ctx, dlogits, dloss, logits, targets, saved, a)));
     }
     return bad_targets(targets, "dlt_cross_entropy_backward");
-}
-
-dlt_status dlt__cuda_ce_fwd_grad(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *logits,
-                                 const dlt_tensor *targets, const dlt_ce_params *p, int *served) {
-    *served = 0;
-    DLT_CHECK(same_dtype("dlt_cross_entropy", DLT_F32, loss, saved));
-    const CeArgs a = ce_args(p);
-    if (logits->dtype != DLT_BF16 && logits->dtype != DLT_F16) return DLT_OK;
-    if (targets->dtype == DLT_I32) {
-        DLT_DISPATCH_FLOAT(logits->dtype, T, return launch_fwd_grad<T, int32_t>(ctx, loss, saved, logits, targets, a, served));
-    } else if (targets->dtype == DLT_I64) {
-        DLT_DISPATCH_FLOAT(logits->dtype, T, return launch_fwd_grad<T, int64_t>(ctx, loss, saved, logits, targets, a, served));
-    }
-    return bad_targets(targets, "dlt_cross_entropy");
-}
-
-dlt_status dlt__cuda_ce_grad_scale(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dloss) {
-    DLT_CHECK(same_dtype("dlt_cross_entropy_backward", DLT_F32, dloss));
-    DLT_DISPATCH_FLOAT(dx->dtype, T, return launch_grad_scale<T>(ctx, dx, dloss));
-    return DLT_OK;
 }
 
 dlt_status dlt__cuda_count_correct(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
