@@ -19,6 +19,10 @@
 #          DLT_GPU_ARCH=90 (meson's gpu_arch for build-gpu; auto: the fat binary)
 #   gpt_profile: Nsight Compute's kernel times of one GPT-2 step (GPT_PROFILE_ARGS, bench_gpt's
 #          options; default batch 16 bf16 eager), summed per kernel by scripts/device/ncu_summary.py.
+#   timeline: Nsight Systems over the replayed step (graph nodes as rows) of ResNet50
+#          (TIMELINE_BATCH, default 256, fp16 channels-last) and GPT-2 (16 x 1024 bf16): the
+#          step's busy and idle time and the time per kind (scripts/device/nsys_timeline.py);
+#          about 1-2 minutes. Not yet run: written in the sixth session without device time.
 #   GPT (issue 17): STAGES="build gpt" runs every GPT stage (gpt = gpt_tests gpt_bench
 #          gpt_recipe gpt_fp16 gpt_hf); each can be named alone. They need build-gpu (the
 #          build stage, or a warm machine's earlier call), .device/anchors with torch_gpt2.py,
@@ -286,6 +290,25 @@ if has gpt_profile; then
   note "gpt_profile rc=$? ($(( $(date +%s) - t )) s)"
   python3 scripts/device/ncu_summary.py "$OUT/ncu-gpt.csv" | tee "$OUT/ncu-gpt-summary.txt" | head -45
   [ -s "$OUT/ncu-gpt-summary.txt" ] || tail -15 "$OUT/ncu-gpt.err"
+fi
+
+if has timeline; then
+  # the replayed step on the GPU's timeline (Nsight Systems, every graph node a row): busy
+  # against idle time and the time per kind (scripts/device/nsys_timeline.py); ResNet50 at
+  # TIMELINE_BATCH (256) fp16 channels-last, then GPT-2 at 16 x 1024 bf16; one step per block
+  if command -v nsys >/dev/null; then
+    for w in "resnet50:bench --batch ${TIMELINE_BATCH:-256} --amp fp16 --format nhwc" "gpt2:bench_gpt --batch 16 --context 1024 --amp bf16"; do
+      t=$(date +%s)
+      timeout ${TIMELINE_TIMEOUT:-120} nsys profile --cuda-graph-trace=node -o "/tmp/tl-${w%%:*}" --force-overwrite true \
+        build-gpu/examples/${w#*:} --mode graph --steps 1 --blocks 3 --warmup 3 >"$OUT/timeline-${w%%:*}.txt" 2>&1
+      rc=$?
+      nsys stats -r cuda_gpu_trace -f csv -o "/tmp/tl-${w%%:*}" "/tmp/tl-${w%%:*}.nsys-rep" >/dev/null 2>&1
+      note "timeline ${w%%:*} rc=$rc ($(( $(date +%s) - t )) s)"
+      python3 scripts/device/nsys_timeline.py "/tmp/tl-${w%%:*}_cuda_gpu_trace.csv" | tee "$OUT/timeline-${w%%:*}-summary.txt" | sed 's/^/   /'
+    done
+  else
+    note "timeline: no nsys on this machine"
+  fi
 fi
 
 if has autotune; then
