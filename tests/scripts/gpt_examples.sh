@@ -192,9 +192,10 @@ for f in scripts/hf_gpt2_interop.py scripts/bench_gpt_compare.py scripts/bench_a
 done
 if [ -z "$bad" ]; then ok "the GPU-side scripts parse (bash -n, Python syntax)"; else notok "syntax:$bad"; fi
 
-# 17-19: on a GPU (CUDA build): the captured graph against --eager, a deterministic resume,
-# and fp32 on CUDA against the CPU (the same batches and init: the same losses to 1e-3)
-# (evaluation batches as captured graphs too, the default, except where --eager)
+# 18-20: on a GPU (CUDA build): the captured graph against --eager and --eager-eval, a
+# deterministic resume, and fp32 on CUDA against the CPU (the same batches and init: the
+# same losses to 1e-3) (evaluation batches as captured graphs too, the default, except
+# where --eager or --eager-eval)
 C=(--preset tiny --device cuda --text "$text" --batch 8 --eval-iters 4 --log-interval 5 --eval-interval 10 --lr-decay-iters 20 --warmup-iters 2)
 "$G" "${C[@]}" --iters 20 --out "$tmp/cg" --save-every 20 --deterministic >"$tmp/cg.log" 2>&1; rc=$?
 if [ $rc != 0 ]; then
@@ -204,18 +205,22 @@ if [ $rc != 0 ]; then
   skip "CUDA: fp32 training matches the CPU's" "${why:-no GPU}"
 else
   "$G" "${C[@]}" --iters 20 --eager --deterministic >"$tmp/ce.log" 2>&1
+  "$G" "${C[@]}" --iters 20 --eager-eval --deterministic >"$tmp/cv.log" 2>&1
   cp "$tmp/cg.log" "$tmp/out"
-  if grep -q ', graph,' "$tmp/cg.log" && "$py" - "$tmp/cg.log" "$tmp/ce.log" >>"$tmp/out" 2>&1 <<'PY'
+  if grep -q ', graph,' "$tmp/cg.log" && "$py" - "$tmp/cg.log" "$tmp/ce.log" "$tmp/cv.log" >>"$tmp/out" 2>&1 <<'PY'
 import re, sys
 get = lambda p: [float(m) for m in re.findall(r"^iter \d+: loss ([0-9.]+)", open(p).read(), re.M)]
-g, e = get(sys.argv[1]), get(sys.argv[2])
+g, e, v = get(sys.argv[1]), get(sys.argv[2]), get(sys.argv[3])
 assert len(g) == len(e) == 4 and all(abs(a - b) <= 2e-3 * abs(b) for a, b in zip(g, e)), (g, e)
+assert v == g, ("--eager-eval changes only the evaluations", v, g)
 # evaluations: captured batch graphs summing on the device against eager batches summed on the host
 ev = lambda p: [float(x) for m in re.findall(r"^step \d+: train loss ([0-9.]+), val loss ([0-9.]+)", open(p).read(), re.M) for x in m]
-g, e = ev(sys.argv[1]), ev(sys.argv[2])
-assert len(g) == len(e) == 6 and all(abs(a - b) <= 2e-3 * abs(b) for a, b in zip(g, e)), (g, e)
+g, e, v = ev(sys.argv[1]), ev(sys.argv[2]), ev(sys.argv[3])
+assert len(g) == len(e) == len(v) == 6, (g, e, v)
+assert all(abs(a - b) <= 2e-3 * abs(b) for a, b in zip(g, e)), (g, e)
+assert all(abs(a - b) <= 2e-3 * abs(b) for a, b in zip(g, v)), (g, v)
 PY
-  then ok "CUDA: the captured graph trains and evaluates as --eager does"; else notok "CUDA: graph vs eager"; fi
+  then ok "CUDA: the captured graph trains and evaluates as --eager and --eager-eval do"; else notok "CUDA: graph vs eager"; fi
   "$G" "${C[@]}" --iters 10 --out "$tmp/cp" --save-every 10 --deterministic >"$tmp/out" 2>&1 &&
     "$G" "${C[@]}" --iters 20 --out "$tmp/cp" --save-every 10 --deterministic --resume >>"$tmp/out" 2>&1
   if cmp -s "$tmp/cg/ckpt.safetensors" "$tmp/cp/ckpt.safetensors"; then ok "CUDA: a deterministic resume is bitwise"
