@@ -10,7 +10,8 @@
  *     our HF save reloads to the same weights, and its names and shapes are HF's;
  *   - a padded vocabulary (65 -> 72 columns) with the loss over the real 65;
  *   - state names, parameter counts, the tied head (one tensor), GPT-2's init statistics;
- *   - generation: deterministic for a seed, tokens in range, temperature/top_k limits;
+ *   - generation: deterministic for a seed, tokens in range, temperature/top_k limits; the
+ *     KV cache gives the greedy tokens of running the whole window each step;
  *   - errors: a sequence longer than the block, float indices, a mismatched file (named,
  *     model unchanged), bad configurations;
  *   - memory: c_proj keeps the GELU's input for its backward, not its output (recomputed;
@@ -358,6 +359,31 @@ static void test_generate(void) {
     int64_t g2[15];
     CHECK_OK(dlt_gpt_generate(m, prompt, 3, 12, 0.5, 1, 123, g2));
     CHECK(!memcmp(g, g2, sizeof g), "greedy decoding depends on the seed or temperature");
+    /* the KV cache (the prompt once, then one token at a time while the sequence fits the
+     * block of 8; then the last 8 tokens again each step) against running the whole window
+     * every step: the same greedy tokens, for prompts of 1, 3 and 8 tokens */
+    const int64_t plen[3] = {1, 3, 8};
+    for (int k = 0; k < 3; k++) {
+        int64_t want[8 + 12], got[8 + 12];
+        float row[72];
+        for (int i = 0; i < plen[k]; i++) want[i] = (i * 11 + 4) % 65;
+        CHECK_OK(dlt_gpt_generate(m, want, plen[k], 12, 1.0, 1, 3, got));
+        for (int64_t n = plen[k]; n < plen[k] + 12; n++) {
+            const int64_t Tc = n < 8 ? n : 8, s2[2] = {1, Tc};
+            dlt_tensor *idx = NULL, *logits = NULL;
+            CHECK_OK(dlt_tensor_from_host(g_ctx, DLT_I64, s2, 2, 0, want + n - Tc, (size_t)Tc * sizeof(int64_t), &idx));
+            CHECK_OK(dlt_gpt_forward(m, idx, NULL, &logits, NULL));
+            float *all = th_read_f32(logits);
+            REQUIRE(all);
+            memcpy(row, all + (Tc - 1) * 72, sizeof row);
+            int64_t best = 0;
+            for (int64_t v = 1; v < 65; v++) best = row[v] > row[best] ? v : best;
+            want[n] = best;
+            free(all), dlt_tensor_release(logits), dlt_tensor_release(idx);
+        }
+        CHECK(!memcmp(want, got, (size_t)(plen[k] + 12) * sizeof(int64_t)),
+              "prompt of %lld: the cached generation differs from running the window each step", (long long)plen[k]);
+    }
     CHECK_STATUS(dlt_gpt_generate(m, prompt, 3, 2, 0.0, 0, 1, g), DLT_ERR_INVALID_ARGUMENT);
     const int64_t bad[1] = {65};
     CHECK_STATUS(dlt_gpt_generate(m, bad, 1, 2, 1.0, 0, 1, g), DLT_ERR_INVALID_ARGUMENT);

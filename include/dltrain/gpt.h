@@ -70,12 +70,15 @@ DLT_API DLT_NODISCARD dlt_status dlt_gpt_get_config(const dlt_module *gpt, dlt_g
 DLT_API DLT_NODISCARD dlt_status dlt_gpt_forward(dlt_module *gpt, dlt_tensor *idx, dlt_tensor *targets,
                                                  dlt_tensor **logits, dlt_tensor **loss);
 
-/** Samples max_new_tokens after the prompt (nanoGPT's generate): each step runs the last
- *  block_size tokens, divides the last position's logits by temperature (> 0), keeps the
- *  top_k largest (0: all), and draws from their softmax with a counter-based generator
- *  seeded by `seed` (the same tokens on every device for a seed). out receives the prompt
- *  followed by the new tokens (n_prompt + max_new_tokens entries). Runs without gradients
- *  and in evaluation mode (restored afterwards); one device-to-host copy per token. */
+/** Samples max_new_tokens after the prompt (nanoGPT's generate): each step takes the last
+ *  position's logits of the last block_size tokens, divides them by temperature (> 0), keeps
+ *  the top_k largest (0: all), and draws from their softmax with a counter-based generator
+ *  seeded by `seed` (the same tokens on every device for a seed). While the sequence fits
+ *  block_size a key/value cache runs the prompt once and then each new token alone; past it
+ *  the window slides and the last block_size tokens run again each step. out receives the
+ *  prompt followed by the new tokens (n_prompt + max_new_tokens entries). Runs without
+ *  gradients and in evaluation mode (restored afterwards); one device-to-host copy per
+ *  token. */
 DLT_API DLT_NODISCARD dlt_status dlt_gpt_generate(dlt_module *gpt, const int64_t *prompt, int64_t n_prompt,
                                                   int64_t max_new_tokens, double temperature, int32_t top_k,
                                                   uint64_t seed, int64_t *out);

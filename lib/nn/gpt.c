@@ -232,6 +232,100 @@ static const dlt__module_kind gpt_kind = {.name = "gpt", .impl_size = sizeof(gpt
                                           .n_outputs = -1, .forward = gpt_forward, .destroy = gpt_destroy,
                                           .describe = gpt_describe};
 
+/* ---- generation with a KV cache (gpt_generate.c) ---- */
+
+/* A block's attention over new positions: q, k, v of the new tokens from c_attn (split and
+ * moved to heads, [B, H, T, D]), k and v appended to the layer's cache along the positions,
+ * the new queries against every cached key: causal among the new ones when the cache was
+ * empty (the prompt), nothing to mask for one new query at the end. */
+static dlt_status attn_cached(dlt_module *m, dlt_tensor *x, dlt_tensor **kc, dlt_tensor **vc, dlt_tensor **out) {
+    const attn_attrs *a = DLT__IMPL(m, attn_attrs);
+    const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], H = a->n_head;
+    const int64_t s4[4] = {B, T, H, C / H}, s3[3] = {B, T, C};
+    const int32_t heads[4] = {0, 2, 1, 3}; /* [B, T, H, D] <-> [B, H, T, D], its own inverse */
+    const int32_t causal = *kc == NULL;
+    dlt_tensor *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *hd[3] = {NULL, NULL, NULL};
+    dlt_tensor *y = NULL, *yt = NULL, *y3 = NULL, *p = NULL;
+    int32_t np = 0;
+    dlt_status st = dlt__module_forward(a->c_attn, x, &qkv);
+    if (st == DLT_OK) st = dlt_split(qkv, C, 2, parts, 3, &np);
+    for (int i = 0; st == DLT_OK && i < 3; i++) {
+        dlt_tensor *r = NULL;
+        st = dlt_reshape(parts[i], s4, 4, &r);
+        if (st == DLT_OK) st = dlt_permute(r, heads, 4, &hd[i]);
+        dlt_tensor_release(r);
+    }
+    for (int i = 1; st == DLT_OK && i < 3; i++) {
+        dlt_tensor **c = i == 1 ? kc : vc, *grown = NULL;
+        if (*c) {
+            dlt_tensor *both[2] = {*c, hd[i]};
+            st = dlt_cat(both, 2, 2, &grown);
+        } else {
+            grown = dlt_tensor_retain(hd[i]);
+        }
+        if (st == DLT_OK) {
+            dlt_tensor_release(*c);
+            *c = grown;
+        }
+    }
+    if (st == DLT_OK) st = dlt_scaled_dot_product_attention(hd[0], *kc, *vc, causal, 0.0, 0.0, &y);
+    if (st == DLT_OK) st = dlt_permute(y, heads, 4, &yt);
+    if (st == DLT_OK) st = dlt_reshape(yt, s3, 3, &y3);
+    if (st == DLT_OK) st = dlt__module_forward(a->c_proj, y3, &p);
+    if (st == DLT_OK) st = dlt__module_forward(a->resid_dropout, p, out);
+    dlt_tensor_release(qkv);
+    for (int i = 0; i < 3; i++) dlt_tensor_release(parts[i]), dlt_tensor_release(hd[i]);
+    dlt_tensor_release(y), dlt_tensor_release(yt), dlt_tensor_release(y3), dlt_tensor_release(p);
+    return st;
+}
+
+static dlt_status block_cached(dlt_module *m, dlt_tensor *x, dlt_tensor **kc, dlt_tensor **vc, dlt_tensor **out) {
+    const block_attrs *a = DLT__IMPL(m, block_attrs);
+    dlt_tensor *h = NULL, *b = NULL, *x1 = NULL;
+    dlt_status st = ln_into_linear(a->ln_1, x, &h);
+    if (st == DLT_OK) st = attn_cached(a->attn, h, kc, vc, &b);
+    if (st == DLT_OK) st = dlt_add(x, b, &x1);
+    REL(h);
+    REL(b);
+    if (st == DLT_OK) st = ln_into_linear(a->ln_2, x1, &h);
+    if (st == DLT_OK) st = dlt__module_forward(a->mlp, h, &b);
+    if (st == DLT_OK) st = dlt_add(x1, b, out);
+    dlt_tensor_release(h), dlt_tensor_release(b), dlt_tensor_release(x1);
+    return st;
+}
+
+dlt_status dlt__gpt_forward_cached(dlt_module *gpt, dlt_tensor *idx, int64_t pos0, dlt_tensor **cache,
+                                   dlt_tensor **last_logits) {
+    static const char *F = "dlt_gpt_generate";
+    const gpt_attrs *a = DLT__IMPL(gpt, gpt_attrs);
+    const int64_t T = idx->shape[1];
+    if (idx->ndim != 2 || T < 1 || pos0 < 0 || pos0 + T > a->cfg.block_size || (pos0 == 0) != (cache[0] == NULL) ||
+        (pos0 > 0 && T != 1))
+        return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "a cached step takes the prompt at 0 or one token after it, "
+                        "within the block (%lld tokens at %lld)", (long long)T, (long long)pos0);
+    dlt_tensor *pos = NULL, *tok = NULL, *pe = NULL, *t = NULL, *x = NULL, *last = NULL, *h = NULL;
+    dlt_status st = dlt_narrow(a->pos, 0, pos0, T, &pos);
+    if (st == DLT_OK) st = dlt__module_forward(a->wte, idx, &tok);
+    if (st == DLT_OK) st = dlt__module_forward(a->wpe, pos, &pe);
+    if (st == DLT_OK) st = dlt_add(tok, pe, &t);
+    if (st == DLT_OK) st = dlt__module_forward(a->drop, t, &x);
+    for (int32_t i = 0; st == DLT_OK && i < a->h->n_children; i++) {
+        dlt_tensor *nx = NULL;
+        st = block_cached(a->h->children[i], x, &cache[2 * i], &cache[2 * i + 1], &nx);
+        dlt_tensor_release(x);
+        x = nx;
+    }
+    /* only the last position's logits are wanted */
+    if (st == DLT_OK) st = dlt_narrow(x, 1, T - 1, 1, &last);
+    if (st == DLT_OK) st = ln_into_linear(a->ln_f, last, &h);
+    if (st == DLT_OK) st = dlt__module_forward(a->lm_head, h, last_logits);
+    dlt_tensor_release(pos), dlt_tensor_release(tok), dlt_tensor_release(pe), dlt_tensor_release(t);
+    dlt_tensor_release(x), dlt_tensor_release(last), dlt_tensor_release(h);
+    return st;
+}
+
+int32_t dlt__gpt_cache_len(const dlt_module *gpt) { return 2 * DLT__IMPL(gpt, gpt_attrs)->h->n_children; }
+
 /* ---- configuration ---- */
 
 /* GPT-2 124M */

@@ -2,7 +2,10 @@
  * gpt_generate.c - text generation with a GPT module (nanoGPT's model.generate): for each
  * new token, run the last block_size tokens, take the last position's logits over the real
  * vocabulary, divide by the temperature, keep the top_k largest, softmax, and draw one
- * token. The draw uses Philox (lib/kernel/philox.h) with the caller's seed and the step as the
+ * token. While the sequence fits the block, the blocks' keys and values are kept (a KV
+ * cache, dlt__gpt_forward_cached): the prompt runs once and each new token alone. Past the
+ * block the window slides and every position moves, so the last block_size tokens run again
+ * each step, as nanoGPT does for all steps. The draw uses Philox (lib/kernel/philox.h) with the caller's seed and the step as the
  * counter, so a seed gives the same text on every device and run. Without gradients, in
  * evaluation mode (the caller's mode is restored).
  */
@@ -80,19 +83,32 @@ dlt_status dlt_gpt_generate(dlt_module *gpt, const int64_t *prompt, int64_t n_pr
     int32_t prev_grad = 1;
     dlt_status st = dlt_grad_set_enabled(ctx, 0, &prev_grad);
     if (st == DLT_OK && was_training) st = dlt_module_set_training(gpt, 0);
+    const int32_t n_cache = dlt__gpt_cache_len(gpt);
+    dlt_tensor **cache = calloc((size_t)n_cache, sizeof *cache);
+    if (!cache) st = dlt__err(DLT_ERR_OUT_OF_MEMORY, F, "cannot allocate the key/value cache");
+    int64_t cached = 0; /* positions in the cache */
     for (int64_t n = n_prompt; st == DLT_OK && n < total; n++) {
-        const int64_t Tc = n < c.block_size ? n : c.block_size;
+        const int use_cache = n <= c.block_size; /* seq[0, n) fits: positions 0 .. n-1 */
+        const int64_t Tc = use_cache ? n - cached : c.block_size, from = use_cache ? cached : n - Tc;
         const int64_t shape[2] = {1, Tc};
         dlt_tensor *idx = NULL, *logits = NULL, *last = NULL, *f32 = NULL;
-        st = dlt_tensor_from_host(ctx, DLT_I64, shape, 2, DLT_FORMAT_CONTIGUOUS, seq + n - Tc,
+        st = dlt_tensor_from_host(ctx, DLT_I64, shape, 2, DLT_FORMAT_CONTIGUOUS, seq + from,
                                   (size_t)Tc * sizeof *seq, &idx);
-        if (st == DLT_OK) st = dlt_gpt_forward(gpt, idx, NULL, &logits, NULL);
-        if (st == DLT_OK) st = dlt_narrow(logits, 1, Tc - 1, 1, &last);
+        if (st == DLT_OK && use_cache) {
+            st = dlt__gpt_forward_cached(gpt, idx, cached, cache, &last);
+            cached = n;
+        } else if (st == DLT_OK) {
+            for (int32_t i = 0; i < n_cache; i++) dlt_tensor_release(cache[i]), cache[i] = NULL;
+            st = dlt_gpt_forward(gpt, idx, NULL, &logits, NULL);
+            if (st == DLT_OK) st = dlt_narrow(logits, 1, Tc - 1, 1, &last);
+        }
         if (st == DLT_OK) st = dlt_tensor_cast(last, DLT_F32, &f32);
         if (st == DLT_OK) st = dlt_tensor_copy_to_host(f32, row, (size_t)Vp * sizeof *row);
         if (st == DLT_OK) seq[n] = sample(row, tmp, c.vocab_size, temperature, top_k, seed, (uint64_t)(n - n_prompt));
         dlt_tensor_release(idx), dlt_tensor_release(logits), dlt_tensor_release(last), dlt_tensor_release(f32);
     }
+    for (int32_t i = 0; cache && i < n_cache; i++) dlt_tensor_release(cache[i]);
+    free(cache);
     if (was_training) {
         const dlt_status s2 = dlt_module_set_training(gpt, 1);
         if (st == DLT_OK) st = s2;

@@ -196,6 +196,14 @@ dlt_status dlt__layernorm_forward_to(dlt_module *m, dlt_tensor *x, int32_t dtype
 dlt_status dlt__dropout_new(dlt_ctx *ctx, double p, const char *func, dlt_module **out);
 /* Whether m is a GPT (gpt.c). */
 int dlt__is_gpt(const dlt_module *m);
+/* Generation with a KV cache (gpt.c, for gpt_generate.c): the last position's logits [B, 1,
+ * V'] of idx [B, T] placed at positions pos0.., with cache[2i], cache[2i + 1] the keys and
+ * values of block i ([B, H, pos0, D]; NULL before the prompt), grown by T positions. The
+ * prompt goes first (pos0 = 0, causal among its tokens), then one token at a time, all within
+ * block_size. dlt__gpt_cache_len: the cache's entries (2 per block). */
+dlt_status dlt__gpt_forward_cached(dlt_module *gpt, dlt_tensor *idx, int64_t pos0, dlt_tensor **cache,
+                                   dlt_tensor **last_logits);
+int32_t dlt__gpt_cache_len(const dlt_module *gpt);
 /* torchvision's BasicBlock/Bottleneck, unpacked (block.c; resnet.c packs the whole net). */
 dlt_status dlt__block_new(dlt_ctx *ctx, int bottleneck, int64_t inplanes, int64_t planes,
                           int64_t stride, const char *func, dlt_module **out);
