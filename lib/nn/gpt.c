@@ -298,8 +298,8 @@ dlt_status dlt__gpt_forward_cached(dlt_module *gpt, dlt_tensor *idx, int64_t pos
                                    dlt_tensor **last_logits) {
     static const char *F = "dlt_gpt_generate";
     const gpt_attrs *a = DLT__IMPL(gpt, gpt_attrs);
-    const int64_t T = idx->shape[1];
-    if (idx->ndim != 2 || T < 1 || pos0 < 0 || pos0 + T > a->cfg.block_size || (pos0 == 0) != (cache[0] == NULL) ||
+    const int64_t T = idx->ndim == 2 ? idx->shape[1] : 0;
+    if (T < 1 || pos0 < 0 || pos0 + T > a->cfg.block_size || (pos0 == 0) != (cache[0] == NULL) ||
         (pos0 > 0 && T != 1))
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "a cached step takes the prompt at 0 or one token after it, "
                         "within the block (%lld tokens at %lld)", (long long)T, (long long)pos0);
