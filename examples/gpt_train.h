@@ -62,8 +62,9 @@ typedef struct run {
     dlt_token_dataset *train, *val;
     dlt_token_loader *eval_train, *eval_val;
     dlt_tensor *eval_losses;
-    /* on CUDA without --eager or --eager-eval: each split's evaluation batch is a captured graph (eval_pass[0]
-     * train, [1] val) replayed eval_iters times, adding the losses into eval_sum (f32 [1]) */
+    /* on CUDA without --eager or --eager-eval: each split's evaluation batch is a captured
+     * graph (eval_pass[0] train, [1] val) replayed eval_iters times, adding the losses into
+     * eval_sum (f32 [1]) */
     int eval_graphs;
     eval_pass evp[2];
     dlt_tensor *eval_sum;

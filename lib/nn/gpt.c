@@ -79,6 +79,51 @@ done:
     return st;
 }
 
+/* A block's attention over new positions: q, k, v of the new tokens from c_attn (split and
+ * moved to heads, [B, H, T, D]), k and v appended to the layer's cache along the positions,
+ * the new queries against every cached key: causal among the new ones when the cache was
+ * empty (the prompt), nothing to mask for one new query at the end. */
+static dlt_status attn_cached(dlt_module *m, dlt_tensor *x, dlt_tensor **kc, dlt_tensor **vc, dlt_tensor **out) {
+    const attn_attrs *a = DLT__IMPL(m, attn_attrs);
+    const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], H = a->n_head;
+    const int64_t s4[4] = {B, T, H, C / H}, s3[3] = {B, T, C};
+    const int32_t heads[4] = {0, 2, 1, 3}; /* [B, T, H, D] <-> [B, H, T, D], its own inverse */
+    const int32_t causal = *kc == NULL;
+    dlt_tensor *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *hd[3] = {NULL, NULL, NULL};
+    dlt_tensor *y = NULL, *yt = NULL, *y3 = NULL, *p = NULL;
+    int32_t np = 0;
+    dlt_status st = dlt__module_forward(a->c_attn, x, &qkv);
+    if (st == DLT_OK) st = dlt_split(qkv, C, 2, parts, 3, &np);
+    for (int i = 0; st == DLT_OK && i < 3; i++) {
+        dlt_tensor *r = NULL;
+        st = dlt_reshape(parts[i], s4, 4, &r);
+        if (st == DLT_OK) st = dlt_permute(r, heads, 4, &hd[i]);
+        dlt_tensor_release(r);
+    }
+    for (int i = 1; st == DLT_OK && i < 3; i++) {
+        dlt_tensor **c = i == 1 ? kc : vc, *grown = NULL;
+        if (*c) {
+            dlt_tensor *both[2] = {*c, hd[i]};
+            st = dlt_cat(both, 2, 2, &grown);
+        } else {
+            grown = dlt_tensor_retain(hd[i]);
+        }
+        if (st == DLT_OK) {
+            dlt_tensor_release(*c);
+            *c = grown;
+        }
+    }
+    if (st == DLT_OK) st = dlt_scaled_dot_product_attention(hd[0], *kc, *vc, causal, 0.0, 0.0, &y);
+    if (st == DLT_OK) st = dlt_permute(y, heads, 4, &yt);
+    if (st == DLT_OK) st = dlt_reshape(yt, s3, 3, &y3);
+    if (st == DLT_OK) st = dlt__module_forward(a->c_proj, y3, &p);
+    if (st == DLT_OK) st = dlt__module_forward(a->resid_dropout, p, out);
+    dlt_tensor_release(qkv);
+    for (int i = 0; i < 3; i++) dlt_tensor_release(parts[i]), dlt_tensor_release(hd[i]);
+    dlt_tensor_release(y), dlt_tensor_release(yt), dlt_tensor_release(y3), dlt_tensor_release(p);
+    return st;
+}
+
 static int attn_describe(const dlt_module *m, char *buf, size_t n) {
     const attn_attrs *a = DLT__IMPL(m, attn_attrs);
     return snprintf(buf, n, "n_head=%d, causal=True, dropout=%g", a->n_head, a->dropout);
@@ -138,22 +183,28 @@ typedef struct block_attrs {
     dlt_module *ln_1, *attn, *ln_2, *mlp;
 } block_attrs;
 
-static dlt_status block_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out, int32_t n_out) {
-    (void)n_in, (void)n_out;
+/* x + attn(ln_1(x)), then + mlp(ln_2(.)). kc/vc: a layer's key/value cache (generation,
+ * attn_cached) or NULL (the attention module). */
+static dlt_status block_run(dlt_module *m, dlt_tensor *x, dlt_tensor **kc, dlt_tensor **vc, dlt_tensor **out) {
     const block_attrs *a = DLT__IMPL(m, block_attrs);
     dlt_tensor *h = NULL, *b = NULL, *x1 = NULL;
-    dlt_status st = ln_into_linear(a->ln_1, in[0], &h);
-    if (st == DLT_OK) st = dlt__module_forward(a->attn, h, &b);
-    if (st == DLT_OK) st = dlt_add(in[0], b, &x1);
-    dlt_tensor_release(h), h = NULL;
-    dlt_tensor_release(b), b = NULL;
+    dlt_status st = ln_into_linear(a->ln_1, x, &h);
+    if (st == DLT_OK) st = kc ? attn_cached(a->attn, h, kc, vc, &b) : dlt__module_forward(a->attn, h, &b);
+    if (st == DLT_OK) st = dlt_add(x, b, &x1);
+    REL(h);
+    REL(b);
     if (st == DLT_OK) st = ln_into_linear(a->ln_2, x1, &h);
     if (st == DLT_OK) st = dlt__module_forward(a->mlp, h, &b);
-    if (st == DLT_OK) st = dlt_add(x1, b, &out[0]);
+    if (st == DLT_OK) st = dlt_add(x1, b, out);
     dlt_tensor_release(h);
     dlt_tensor_release(b);
     dlt_tensor_release(x1);
     return st;
+}
+
+static dlt_status block_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out, int32_t n_out) {
+    (void)n_in, (void)n_out;
+    return block_run(m, in[0], NULL, NULL, out);
 }
 
 static const dlt__module_kind block_kind = {.name = "gpt_block", .impl_size = sizeof(block_attrs), .n_inputs = 1,
@@ -168,6 +219,18 @@ typedef struct gpt_attrs {
 } gpt_attrs;
 
 static void gpt_destroy(dlt_module *m) { dlt_tensor_release(DLT__IMPL(m, gpt_attrs)->pos); }
+
+/* drop(wte(idx) + wpe(positions pos0 .. pos0 + T - 1)) for idx [B, T] */
+static dlt_status embed(const gpt_attrs *a, dlt_tensor *idx, int64_t pos0, dlt_tensor **out) {
+    dlt_tensor *pos = NULL, *tok = NULL, *pe = NULL, *t = NULL;
+    dlt_status st = dlt_narrow(a->pos, 0, pos0, idx->shape[1], &pos); /* a view */
+    if (st == DLT_OK) st = dlt__module_forward(a->wte, idx, &tok);
+    if (st == DLT_OK) st = dlt__module_forward(a->wpe, pos, &pe);
+    if (st == DLT_OK) st = dlt_add(tok, pe, &t);
+    if (st == DLT_OK) st = dlt__module_forward(a->drop, t, out);
+    dlt_tensor_release(pos), dlt_tensor_release(tok), dlt_tensor_release(pe), dlt_tensor_release(t);
+    return st;
+}
 
 static dlt_status gpt_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out, int32_t n_out) {
     static const char *F = "dlt_gpt_forward";
@@ -188,14 +251,9 @@ static dlt_status gpt_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in
                         dlt_dtype_name(targets->dtype), dlt__shape_str(targets, b1, sizeof b1),
                         dlt__shape_str(idx, b2, sizeof b2));
     if (n_out == 2 && !targets) return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "a loss needs targets");
-    dlt_tensor *pos = NULL, *tok = NULL, *pe = NULL, *x = NULL, *t = NULL, *logits = NULL;
+    dlt_tensor *x = NULL, *t = NULL, *logits = NULL;
     dlt_status st;
-    DLT_CHECK_GOTO(st, dlt_narrow(a->pos, 0, 0, T, &pos), done); /* a view */
-    DLT_CHECK_GOTO(st, dlt__module_forward(a->wte, idx, &tok), done);
-    DLT_CHECK_GOTO(st, dlt__module_forward(a->wpe, pos, &pe), done);
-    DLT_CHECK_GOTO(st, dlt_add(tok, pe, &t), done);
-    DLT_CHECK_GOTO(st, dlt__module_forward(a->drop, t, &x), done);
-    REL(t);
+    DLT_CHECK_GOTO(st, embed(a, idx, 0, &x), done);
     DLT_CHECK_GOTO(st, dlt__module_forward(a->h, x, &t), done);
     REL(x);
     DLT_CHECK_GOTO(st, ln_into_linear(a->ln_f, t, &x), done);
@@ -212,9 +270,6 @@ static dlt_status gpt_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in
     out[0] = logits;
     logits = NULL;
 done:
-    dlt_tensor_release(pos);
-    dlt_tensor_release(tok);
-    dlt_tensor_release(pe);
     dlt_tensor_release(x);
     dlt_tensor_release(t);
     dlt_tensor_release(logits);
@@ -234,66 +289,6 @@ static const dlt__module_kind gpt_kind = {.name = "gpt", .impl_size = sizeof(gpt
 
 /* ---- generation with a KV cache (gpt_generate.c) ---- */
 
-/* A block's attention over new positions: q, k, v of the new tokens from c_attn (split and
- * moved to heads, [B, H, T, D]), k and v appended to the layer's cache along the positions,
- * the new queries against every cached key: causal among the new ones when the cache was
- * empty (the prompt), nothing to mask for one new query at the end. */
-static dlt_status attn_cached(dlt_module *m, dlt_tensor *x, dlt_tensor **kc, dlt_tensor **vc, dlt_tensor **out) {
-    const attn_attrs *a = DLT__IMPL(m, attn_attrs);
-    const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], H = a->n_head;
-    const int64_t s4[4] = {B, T, H, C / H}, s3[3] = {B, T, C};
-    const int32_t heads[4] = {0, 2, 1, 3}; /* [B, T, H, D] <-> [B, H, T, D], its own inverse */
-    const int32_t causal = *kc == NULL;
-    dlt_tensor *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *hd[3] = {NULL, NULL, NULL};
-    dlt_tensor *y = NULL, *yt = NULL, *y3 = NULL, *p = NULL;
-    int32_t np = 0;
-    dlt_status st = dlt__module_forward(a->c_attn, x, &qkv);
-    if (st == DLT_OK) st = dlt_split(qkv, C, 2, parts, 3, &np);
-    for (int i = 0; st == DLT_OK && i < 3; i++) {
-        dlt_tensor *r = NULL;
-        st = dlt_reshape(parts[i], s4, 4, &r);
-        if (st == DLT_OK) st = dlt_permute(r, heads, 4, &hd[i]);
-        dlt_tensor_release(r);
-    }
-    for (int i = 1; st == DLT_OK && i < 3; i++) {
-        dlt_tensor **c = i == 1 ? kc : vc, *grown = NULL;
-        if (*c) {
-            dlt_tensor *both[2] = {*c, hd[i]};
-            st = dlt_cat(both, 2, 2, &grown);
-        } else {
-            grown = dlt_tensor_retain(hd[i]);
-        }
-        if (st == DLT_OK) {
-            dlt_tensor_release(*c);
-            *c = grown;
-        }
-    }
-    if (st == DLT_OK) st = dlt_scaled_dot_product_attention(hd[0], *kc, *vc, causal, 0.0, 0.0, &y);
-    if (st == DLT_OK) st = dlt_permute(y, heads, 4, &yt);
-    if (st == DLT_OK) st = dlt_reshape(yt, s3, 3, &y3);
-    if (st == DLT_OK) st = dlt__module_forward(a->c_proj, y3, &p);
-    if (st == DLT_OK) st = dlt__module_forward(a->resid_dropout, p, out);
-    dlt_tensor_release(qkv);
-    for (int i = 0; i < 3; i++) dlt_tensor_release(parts[i]), dlt_tensor_release(hd[i]);
-    dlt_tensor_release(y), dlt_tensor_release(yt), dlt_tensor_release(y3), dlt_tensor_release(p);
-    return st;
-}
-
-static dlt_status block_cached(dlt_module *m, dlt_tensor *x, dlt_tensor **kc, dlt_tensor **vc, dlt_tensor **out) {
-    const block_attrs *a = DLT__IMPL(m, block_attrs);
-    dlt_tensor *h = NULL, *b = NULL, *x1 = NULL;
-    dlt_status st = ln_into_linear(a->ln_1, x, &h);
-    if (st == DLT_OK) st = attn_cached(a->attn, h, kc, vc, &b);
-    if (st == DLT_OK) st = dlt_add(x, b, &x1);
-    REL(h);
-    REL(b);
-    if (st == DLT_OK) st = ln_into_linear(a->ln_2, x1, &h);
-    if (st == DLT_OK) st = dlt__module_forward(a->mlp, h, &b);
-    if (st == DLT_OK) st = dlt_add(x1, b, out);
-    dlt_tensor_release(h), dlt_tensor_release(b), dlt_tensor_release(x1);
-    return st;
-}
-
 dlt_status dlt__gpt_forward_cached(dlt_module *gpt, dlt_tensor *idx, int64_t pos0, dlt_tensor **cache,
                                    dlt_tensor **last_logits) {
     static const char *F = "dlt_gpt_generate";
@@ -303,15 +298,11 @@ dlt_status dlt__gpt_forward_cached(dlt_module *gpt, dlt_tensor *idx, int64_t pos
         (pos0 > 0 && T != 1))
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "a cached step takes the prompt at 0 or one token after it, "
                         "within the block (%lld tokens at %lld)", (long long)T, (long long)pos0);
-    dlt_tensor *pos = NULL, *tok = NULL, *pe = NULL, *t = NULL, *x = NULL, *last = NULL, *h = NULL;
-    dlt_status st = dlt_narrow(a->pos, 0, pos0, T, &pos);
-    if (st == DLT_OK) st = dlt__module_forward(a->wte, idx, &tok);
-    if (st == DLT_OK) st = dlt__module_forward(a->wpe, pos, &pe);
-    if (st == DLT_OK) st = dlt_add(tok, pe, &t);
-    if (st == DLT_OK) st = dlt__module_forward(a->drop, t, &x);
+    dlt_tensor *x = NULL, *last = NULL, *h = NULL;
+    dlt_status st = embed(a, idx, pos0, &x);
     for (int32_t i = 0; st == DLT_OK && i < a->h->n_children; i++) {
         dlt_tensor *nx = NULL;
-        st = block_cached(a->h->children[i], x, &cache[2 * i], &cache[2 * i + 1], &nx);
+        st = block_run(a->h->children[i], x, &cache[2 * i], &cache[2 * i + 1], &nx);
         dlt_tensor_release(x);
         x = nx;
     }
@@ -319,7 +310,6 @@ dlt_status dlt__gpt_forward_cached(dlt_module *gpt, dlt_tensor *idx, int64_t pos
     if (st == DLT_OK) st = dlt_narrow(x, 1, T - 1, 1, &last);
     if (st == DLT_OK) st = ln_into_linear(a->ln_f, last, &h);
     if (st == DLT_OK) st = dlt__module_forward(a->lm_head, h, last_logits);
-    dlt_tensor_release(pos), dlt_tensor_release(tok), dlt_tensor_release(pe), dlt_tensor_release(t);
     dlt_tensor_release(x), dlt_tensor_release(last), dlt_tensor_release(h);
     return st;
 }

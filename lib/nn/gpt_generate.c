@@ -5,9 +5,9 @@
  * token. While the sequence fits the block, the blocks' keys and values are kept (a KV
  * cache, dlt__gpt_forward_cached): the prompt runs once and each new token alone. Past the
  * block the window slides and every position moves, so the last block_size tokens run again
- * each step, as nanoGPT does for all steps. The draw uses Philox (lib/kernel/philox.h) with the caller's seed and the step as the
- * counter, so a seed gives the same text on every device and run. Without gradients, in
- * evaluation mode (the caller's mode is restored).
+ * each step, as nanoGPT does for all steps. The draw uses Philox (lib/kernel/philox.h) with
+ * the caller's seed and the step as the counter, so a seed gives the same text on every
+ * device and run. Without gradients, in evaluation mode (the caller's mode is restored).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -98,7 +98,9 @@ dlt_status dlt_gpt_generate(dlt_module *gpt, const int64_t *prompt, int64_t n_pr
             st = dlt__gpt_forward_cached(gpt, idx, cached, cache, &last);
             cached = n;
         } else if (st == DLT_OK) {
-            for (int32_t i = 0; i < n_cache; i++) dlt_tensor_release(cache[i]), cache[i] = NULL;
+            if (cached) /* the window slides from here on: the cache is of no more use */
+                for (int32_t i = 0; i < n_cache; i++) dlt_tensor_release(cache[i]), cache[i] = NULL;
+            cached = 0;
             st = dlt_gpt_forward(gpt, idx, NULL, &logits, NULL);
             if (st == DLT_OK) st = dlt_narrow(logits, 1, Tc - 1, 1, &last);
         }

@@ -137,7 +137,9 @@ class GPT(_Native):
         """nanoGPT's generate for one sequence: idx is the prompt (a list of ids, or an integer
         Tensor [T] or [1, T]); returns the prompt followed by max_new_tokens sampled ids, as a
         list (or an int64 Tensor [1, n] when idx was a Tensor). Sampling is seeded by `seed`:
-        the same ids on every device."""
+        the same ids on every device. dlt_gpt_generate underneath: a key/value cache while the
+        sequence fits block_size (the prompt once, then each new token alone), then the last
+        block_size tokens again each step."""
         as_tensor = isinstance(idx, Tensor)
         ids = idx.tolist() if as_tensor else list(idx)
         while ids and isinstance(ids[0], list):
