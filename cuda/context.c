@@ -84,6 +84,8 @@ dlt_status dlt__cuda_ctx_init(dlt_ctx *ctx) {
     INIT_CU(cudaGetDeviceProperties(&prop, s->device));
     snprintf(s->name, sizeof s->name, "%s", prop.name);
     s->sm_count = prop.multiProcessorCount;
+    s->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    s->cc_major = prop.major;
     /* build: refuse a GPU none of the built code runs on (every kernel launch would fail
      * with "no kernel image"), saying how to rebuild; note a JIT-compiled PTX start */
     char arch_msg[512];

@@ -49,6 +49,8 @@ typedef struct dlt_cuda_state {
     size_t n_retired, cap_retired;
     uint64_t live_allocs;
     int sm_count;
+    int smem_optin; /* shared memory a block may opt in to (bytes) */
+    int cc_major;   /* compute capability major */
     char name[256];
     dlt_cuda_plan_cache *plans; /* cuDNN execution plans per op and shape (conv2d.cu, batchnorm.cu) */
     void (*plans_free)(dlt_cuda_plan_cache *);

@@ -9,7 +9,8 @@
  * data-gradient GEMM (the DGELU epilogue, the "gelu_linear" node; served once per block, read
  * from the context's counter), against the same weights in f32 on the CPU: loss and every
  * parameter gradient. LayerNorm's dx added into the residual gradient inside its backward
- * kernel, against the CPU. Every case skips without a CUDA device.
+ * kernel, against the CPU. A GPT's loss-only forward, whose cross-entropy writes the logits'
+ * gradient in one pass, against the plain kernels. Every case skips without a CUDA device.
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -452,6 +453,92 @@ static void test_packed_attention_in_place(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* The cross-entropy gradient written in the forward (ce_fwd_grad, the one-pass kernel that a
+ * GPT's loss-only forward takes, lib/ops/cross_entropy.c) against the same model asked for
+ * its logits too (the plain forward and backward kernels), bf16 autocast: the loss and every
+ * gradient bit for bit (dloss 1 and 0.25; within one bf16 rounding for 0.3), with ignored
+ * targets, a target in the last, partly padded vector, and GPT-2's 50257 of 50304 columns
+ * (the kernel's shared-memory opt-in). The kernel must serve (the context's counter), else
+ * this would compare the fallback. */
+static void ce_grad_case(dlt_ctx *cu, int64_t vocab, int64_t padded, double scale) {
+    dlt_gpt_config c;
+    dlt_gpt_config_default(&c);
+    c.n_layer = 1, c.n_head = 2, c.n_embd = 32, c.block_size = 32, c.bias = 1, c.tied = 1;
+    c.vocab_size = vocab, c.padded_vocab_size = padded;
+    const int64_t B = 3, T = 32, s[2] = {B, T};
+    int64_t tok[96], tgt[96];
+    seed(91);
+    for (int i = 0; i < B * T; i++) {
+        tok[i] = (int64_t)(urand() * (double)vocab) % vocab;
+        tgt[i] = i % 7 == 3 ? -1 : (int64_t)(urand() * (double)vocab) % vocab;
+    }
+    tgt[1] = vocab - 1;
+    dlt_module *m[2] = {NULL, NULL};
+    float *g[2][32] = {{NULL}};
+    float lv[2] = {0, 0};
+    int32_t n_state = 0;
+    for (int alone = 0; alone < 2; alone++) {
+        CHECK_OK(dlt_ctx_set_seed(cu, 3));
+        CHECK_OK(dlt_gpt_create(cu, &c, &m[alone]));
+        dlt_tensor *idx = NULL, *y = NULL, *logits = NULL, *loss = NULL, *scaled = NULL;
+        CHECK_OK(dlt_tensor_from_host(cu, DLT_I64, s, 2, 0, tok, sizeof tok, &idx));
+        CHECK_OK(dlt_tensor_from_host(cu, DLT_I64, s, 2, 0, tgt, sizeof tgt, &y));
+        const int64_t served0 = cu->served_ce_fwd_grad;
+        CHECK_OK(dlt_autocast_begin(cu, DLT_BF16));
+        CHECK_OK(dlt_gpt_forward(m[alone], idx, y, alone ? NULL : &logits, &loss));
+        CHECK_OK(dlt_autocast_end(cu));
+        CHECK(cu->served_ce_fwd_grad - served0 == alone, "vocabulary %lld of %lld: the one-pass kernel served %lld, want %d",
+              (long long)vocab, (long long)padded, (long long)(cu->served_ce_fwd_grad - served0), alone);
+        dlt_tensor_release(logits);
+        CHECK_OK(dlt_tensor_copy_to_host(loss, &lv[alone], sizeof(float)));
+        if (scale != 1.0) CHECK_OK(dlt_mul_scalar(loss, NULL, scale, &scaled));
+        CHECK_OK(dlt_backward(scaled ? scaled : loss, NULL));
+        n_state = dlt_module_num_state(m[alone]);
+        REQUIRE(n_state <= 32);
+        for (int32_t i = 0; i < n_state; i++) {
+            dlt_tensor *t = NULL;
+            CHECK_OK(dlt_module_state_entry(m[alone], i, NULL, &t, NULL));
+            g[alone][i] = dlt_tensor_grad(t) ? th_read_f32(dlt_tensor_grad(t)) : NULL;
+        }
+        dlt_tensor_release(scaled), dlt_tensor_release(loss), dlt_tensor_release(y), dlt_tensor_release(idx);
+    }
+    CHECK(!memcmp(&lv[0], &lv[1], sizeof(float)), "vocabulary %lld: loss %.9g in one pass, %.9g plain", (long long)vocab,
+          (double)lv[1], (double)lv[0]);
+    int checked = 0;
+    for (int32_t i = 0; i < n_state; i++) {
+        const char *name;
+        dlt_tensor *t = NULL;
+        CHECK_OK(dlt_module_state_entry(m[0], i, &name, &t, NULL));
+        if (!g[0][i]) continue;
+        REQUIRE(g[1][i], "%s: no gradient", name);
+        const int64_t ne = dlt_tensor_numel(t);
+        if (scale == 1.0 || scale == 0.25) {
+            int64_t differ = 0;
+            for (int64_t k = 0; k < ne; k++) differ += memcmp(&g[0][i][k], &g[1][i][k], sizeof(float)) != 0;
+            CHECK(differ == 0, "%s, vocabulary %lld, dloss %g: %lld of %lld values differ", name, (long long)vocab, scale,
+                  (long long)differ, (long long)ne);
+        } else {
+            const double e = th_rel_err_f(g[1][i], g[0][i], ne);
+            CHECK(e <= 1e-2, "%s, vocabulary %lld, dloss %g: %.3g from the plain path's", name, (long long)vocab, scale, e);
+        }
+        checked++;
+    }
+    CHECK(checked >= 10, "%d gradients compared", checked);
+    for (int k = 0; k < 2; k++) {
+        for (int32_t i = 0; i < n_state; i++) free(g[k][i]);
+        dlt_module_destroy(m[k]);
+    }
+}
+
+static void test_cross_entropy_gradient_in_forward(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    ce_grad_case(cu, 4099, 4104, 1.0);
+    ce_grad_case(cu, 4099, 4104, 0.25);
+    ce_grad_case(cu, 4104, 4104, 0.3);
+    ce_grad_case(cu, 50257, 50304, 1.0);
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     g_cpu = th_cpu_ctx();
     RUN(test_resnet50_forward_matches_cpu);
@@ -463,6 +550,7 @@ int main(void) {
     RUN(test_gpt_fused_mlp_nobias);
     RUN(test_layer_norm_adds_into_residual_grad);
     RUN(test_packed_attention_in_place);
+    RUN(test_cross_entropy_gradient_in_forward);
     dlt_ctx_destroy(g_cpu);
     return th_done();
 }

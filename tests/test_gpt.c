@@ -18,7 +18,9 @@
  *     the golden gradients above cover the values), read from the tape after a forward;
  *   - the fused MLP nodes (lib/ops/linear_gelu.c) through a backend table that fakes the fused
  *     GEMMs: the modules' loss and gradients bit for bit, with the fused GELU data gradient
- *     served, refused and absent.
+ *     served, refused and absent;
+ *   - the loss alone (no logits asked for): the gradient written in the forward gives the
+ *     plain path's loss and gradients (bit for bit when dloss is a power of two).
  */
 #include <math.h>
 #include <stdint.h>
@@ -547,6 +549,100 @@ static void test_fused_mlp_node_matches_modules(void) {
     }
 }
 
+/* dlt_gpt_forward without logits: the loss takes the logits' memory for their gradient in
+ * the forward (lib/ops/cross_entropy.c, "consume"), and the backward only scales it. Against
+ * the same model asked for its logits too (the plain forward and backward): the loss and
+ * every gradient bit for bit when dloss is 1 or a power of two, within one rounding of the
+ * gradient's dtype otherwise (0.3, as a loss divided for accumulation); in f32 and under bf16
+ * autocast; the node says which path ran, so the comparison is never of a path with itself.
+ * Without grad mode the loss alone is the plain forward's. */
+static void test_loss_alone_takes_the_gradient_path(void) {
+    dlt_gpt_config c = tiny_config(0); /* the padded vocabulary: 65 classes of 72 columns */
+    const double scales[3] = {1.0, 0.25, 0.3};
+    for (int ac = 0; ac < 2; ac++)
+        for (int si = 0; si < 3; si++) {
+            dlt_module *m[2] = {NULL, NULL};
+            float *g[2][64] = {{NULL}};
+            float lv[2] = {0, 0};
+            int32_t n_state = 0;
+            for (int alone = 0; alone < 2; alone++) {
+                CHECK_OK(dlt_ctx_set_seed(g_ctx, 11));
+                CHECK_OK(dlt_gpt_create(g_ctx, &c, &m[alone]));
+                const int64_t s[2] = {2, 8};
+                int64_t tok[16], tgt[16];
+                for (int i = 0; i < 16; i++) tok[i] = (i * 5 + 1) % c.vocab_size, tgt[i] = (i * 3 + 2) % c.vocab_size;
+                tgt[5] = -1; /* ignored: the mean is over 15 */
+                dlt_tensor *idx = NULL, *y = NULL, *logits = NULL, *loss = NULL, *scaled = NULL;
+                CHECK_OK(dlt_tensor_from_host(g_ctx, DLT_I64, s, 2, 0, tok, sizeof tok, &idx));
+                CHECK_OK(dlt_tensor_from_host(g_ctx, DLT_I64, s, 2, 0, tgt, sizeof tgt, &y));
+                if (ac) CHECK_OK(dlt_autocast_begin(g_ctx, DLT_BF16));
+                CHECK_OK(dlt_gpt_forward(m[alone], idx, y, alone ? NULL : &logits, &loss));
+                if (ac) CHECK_OK(dlt_autocast_end(g_ctx));
+                const dlt_node *n = loss->grad_fn;
+                REQUIRE(n && !strcmp(n->name, "cross_entropy"), "the loss comes from the cross-entropy node");
+                CHECK(DLT_NODE_ATTR(n, dlt_ce_params)->grad_in_logits == alone,
+                      "%s, dloss %g: gradient in the forward %d, want %d", ac ? "bf16" : "f32", scales[si],
+                      DLT_NODE_ATTR(n, dlt_ce_params)->grad_in_logits, alone);
+                CHECK_OK(dlt_tensor_copy_to_host(loss, &lv[alone], sizeof(float)));
+                dlt_tensor_release(logits);
+                if (scales[si] != 1.0) CHECK_OK(dlt_mul_scalar(loss, NULL, scales[si], &scaled));
+                CHECK_OK(dlt_backward(scaled ? scaled : loss, NULL));
+                n_state = dlt_module_num_state(m[alone]);
+                REQUIRE(n_state <= 64);
+                for (int32_t i = 0; i < n_state; i++) {
+                    dlt_tensor *t = NULL;
+                    CHECK_OK(dlt_module_state_entry(m[alone], i, NULL, &t, NULL));
+                    g[alone][i] = dlt_tensor_grad(t) ? th_read_f32(dlt_tensor_grad(t)) : NULL;
+                }
+                dlt_tensor_release(scaled), dlt_tensor_release(loss), dlt_tensor_release(y), dlt_tensor_release(idx);
+            }
+            CHECK(!memcmp(&lv[0], &lv[1], sizeof(float)), "%s: loss %.9g alone, %.9g with the logits",
+                  ac ? "bf16" : "f32", (double)lv[1], (double)lv[0]);
+            const int exact = scales[si] != 0.3;
+            int checked = 0;
+            for (int32_t i = 0; i < n_state; i++) {
+                const char *name;
+                dlt_tensor *t = NULL;
+                CHECK_OK(dlt_module_state_entry(m[0], i, &name, &t, NULL));
+                if (!g[0][i]) continue;
+                REQUIRE(g[1][i], "%s: no gradient", name);
+                const int64_t ne = dlt_tensor_numel(t);
+                if (exact) {
+                    CHECK(!memcmp(g[0][i], g[1][i], (size_t)ne * sizeof(float)), "%s, %s, dloss %g: gradients differ",
+                          name, ac ? "bf16" : "f32", scales[si]);
+                } else {
+                    const double e = th_rel_err_f(g[1][i], g[0][i], ne);
+                    CHECK(e <= (ac ? 8e-3 : 1e-6), "%s, %s, dloss 0.3: gradient %.3g from the plain path's", name,
+                          ac ? "bf16" : "f32", e);
+                }
+                checked++;
+            }
+            CHECK(checked > 10, "%d gradients compared", checked);
+            for (int k = 0; k < 2; k++) {
+                for (int32_t i = 0; i < n_state; i++) free(g[k][i]);
+                dlt_module_destroy(m[k]);
+            }
+        }
+    /* no grad mode: nothing to write; the plain loss */
+    dlt_module *m = NULL;
+    CHECK_OK(dlt_ctx_set_seed(g_ctx, 11));
+    CHECK_OK(dlt_gpt_create(g_ctx, &c, &m));
+    const int64_t s[2] = {1, 8};
+    int64_t tok[8];
+    for (int i = 0; i < 8; i++) tok[i] = (i * 5 + 1) % c.vocab_size;
+    dlt_tensor *idx = NULL, *l1 = NULL, *l2 = NULL;
+    CHECK_OK(dlt_tensor_from_host(g_ctx, DLT_I64, s, 2, 0, tok, sizeof tok, &idx));
+    int32_t prev = 1;
+    CHECK_OK(dlt_grad_set_enabled(g_ctx, 0, &prev));
+    CHECK_OK(dlt_gpt_forward(m, idx, idx, NULL, &l1));
+    CHECK_OK(dlt_grad_set_enabled(g_ctx, prev, NULL));
+    CHECK_OK(dlt_gpt_forward(m, idx, idx, NULL, &l2));
+    CHECK(!l1->grad_fn && l2->grad_fn, "no node without grad mode, one with it");
+    CHECK(th_diff_bits(l1, l2) == 0, "the loss without grad mode is the loss with it");
+    dlt_tensor_release(l1), dlt_tensor_release(l2), dlt_tensor_release(idx);
+    dlt_module_destroy(m);
+}
+
 static void test_errors(void) {
     dlt_gpt_config c = tiny_config(0);
     dlt_module *m = NULL;
@@ -586,6 +682,7 @@ int main(void) {
     RUN(test_generate);
     RUN(test_tied_weight_grad_under_autocast);
     RUN(test_fused_mlp_node_matches_modules);
+    RUN(test_loss_alone_takes_the_gradient_path);
     RUN(test_errors);
     dlt_ctx_destroy(g_ctx);
     return th_done();

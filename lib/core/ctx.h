@@ -66,6 +66,7 @@ struct dlt_ctx {
     /* fused paths that served, so tests can tell them from their fallbacks: data-gradient
      * GEMMs whose epilogue applied the GELU's derivative (dlt__gelu_linear's backward) */
     int64_t served_gelu_dgrad;
+    int64_t served_ce_fwd_grad; /* cross-entropy forwards the backend's ce_fwd_grad served (tests) */
 };
 
 /* Fails with DLT_ERR_CONTEXT_POISONED if an earlier asynchronous fault broke the context. */

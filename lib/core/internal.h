@@ -213,6 +213,15 @@ struct dlt_backend {
     dlt_status (*ce_bwd)(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
                          const dlt_tensor *logits, const dlt_tensor *targets,
                          const dlt_tensor *saved, const dlt_ce_params *p);
+    /* ce_fwd, then the gradient for dloss = 1 written over the logits (mean or sum; the
+     * caller gave the logits up): one pass over rows held on chip, where ce_fwd and
+     * ce_bwd read the logits twice from memory. The loss and saved are ce_fwd's, the
+     * gradient ce_bwd's for dloss = 1, bit for bit. *served = 0 (nothing launched) where the
+     * backend has no such kernel for these operands. NULL: never. */
+    dlt_status (*ce_fwd_grad)(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *logits,
+                              const dlt_tensor *targets, const dlt_ce_params *p, int *served);
+    /* dx *= dloss[0] in place, nothing when dloss[0] == 1 (read on the device: no sync) */
+    dlt_status (*ce_grad_scale)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dloss);
 
     /* optimizer and scaler */
     /* Applies PyTorch's foreach SGD to L->params (see dlt_sgd_launch), refreshes the
@@ -415,10 +424,12 @@ void dlt__grad_scaler_set_found_inf_hook(dlt_grad_scaler *s, dlt__found_inf_hook
  * Internal ops for modules (lib/ops)
  * ------------------------------------------------------------------------------------- */
 /* dlt_cross_entropy_ex with only the first n_classes columns of the logits as classes (a
- * vocabulary padded for speed); func names the caller in messages. */
+ * vocabulary padded for speed); func names the caller in messages. consume: the caller
+ * gives the logits up (releases its reference right after, reads them no more), so the
+ * forward may write their gradient over them (lib/ops/cross_entropy.c). */
 dlt_status dlt__cross_entropy_padded(dlt_tensor *logits, dlt_tensor *targets, int64_t n_classes,
                                      int64_t ignore_index, int32_t reduction, double label_smoothing,
-                                     const char *func, dlt_tensor **out);
+                                     int consume, const char *func, dlt_tensor **out);
 /* dlt_linear(x, w, bias) for x = act(h) (act a DLT_UN_* op of lib/kernel/unary.h with
  * act_alpha, computed by the caller as its own recorded op): the tape saves h, not x, and the
  * backward recomputes x for dw. Falls back to dlt_linear when x cannot be h's activation

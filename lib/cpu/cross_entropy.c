@@ -14,7 +14,8 @@
  * anything is written.
  * Backward: dlogits_ik = (exp(x_ik - lse_i) - (1-ls) [k == t_i] - ls/C) * g, g = dloss / count
  * (mean), dloss (sum) or dloss_i (none); rows with an ignored target and padded columns get
- * zeros.
+ * zeros. In place (dlogits == logits) too: each element is read before it is written.
+ * ce_grad_scale: a gradient written for dloss = 1 (lib/ops/cross_entropy.c) times dloss.
  *
  * logits are contiguous, any float dtype (loaded as fp32); targets are i32 or i64; loss,
  * dloss are one f32 element.
@@ -107,6 +108,15 @@ dlt_status dlt__cpu_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *
         }
         for (int64_t k = C; k < K; k++) dlt__st(pd, dlogits->dtype, base + k, 0.0f);
     }
+    return DLT_OK;
+}
+
+dlt_status dlt__cpu_ce_grad_scale(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dloss) {
+    (void)ctx;
+    const float g = *(const float *)dlt__data(dloss);
+    if (g == 1.0f) return DLT_OK;
+    void *pd = dlt__data(dx);
+    for (int64_t k = 0; k < dx->numel; k++) dlt__st(pd, dx->dtype, k, dlt__ld(pd, dx->dtype, k) * g);
     return DLT_OK;
 }
 

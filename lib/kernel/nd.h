@@ -112,7 +112,9 @@ typedef struct dlt_ce_params {
     int64_t n_classes;
     double label_smoothing;
     int32_t reduction;
-    int32_t pad_;
+    /* 1: the forward wrote d(loss)/d(logits) for dloss = 1 over the logits (ce_fwd_grad);
+     * the backward only scales it by dloss (ce_grad_scale) */
+    int32_t grad_in_logits;
 } dlt_ce_params;
 
 #endif

@@ -232,7 +232,10 @@ static dlt_status embed(const gpt_attrs *a, dlt_tensor *idx, int64_t pos0, dlt_t
     return st;
 }
 
-static dlt_status gpt_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out, int32_t n_out) {
+/* The forward; want_logits 0 (dlt_gpt_forward without logits): out[0] is NULL and the loss
+ * may take the logits' memory for their gradient (dlt__cross_entropy_padded's consume). */
+static dlt_status gpt_run(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out, int32_t n_out,
+                          int want_logits) {
     static const char *F = "dlt_gpt_forward";
     const gpt_attrs *a = DLT__IMPL(m, gpt_attrs);
     dlt_tensor *idx = in[0], *targets = n_in > 1 ? in[1] : NULL;
@@ -262,18 +265,24 @@ static dlt_status gpt_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in
     if (targets) {
         dlt_tensor *loss = NULL;
         DLT_CHECK_GOTO(st, dlt__cross_entropy_padded(logits, targets, a->cfg.vocab_size, -1, DLT_REDUCTION_MEAN, 0.0,
-                                                     F, &loss),
+                                                     !want_logits, F, &loss),
                        done);
         if (n_out == 2) out[1] = loss;
         else dlt_tensor_release(loss);
     }
-    out[0] = logits;
-    logits = NULL;
+    if (want_logits) {
+        out[0] = logits;
+        logits = NULL;
+    }
 done:
     dlt_tensor_release(x);
     dlt_tensor_release(t);
     dlt_tensor_release(logits);
     return st;
+}
+
+static dlt_status gpt_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out, int32_t n_out) {
+    return gpt_run(m, in, n_in, out, n_out, 1);
 }
 
 static int gpt_describe(const dlt_module *m, char *buf, size_t n) {
@@ -577,7 +586,7 @@ dlt_status dlt_gpt_forward(dlt_module *gpt, dlt_tensor *idx, dlt_tensor *targets
     if (idx->ctx != gpt->ctx)
         return dlt__err(DLT_ERR_CONTEXT_MISMATCH, F, "idx and the model belong to different contexts");
     dlt_tensor *in[2] = {idx, targets}, *o[2] = {NULL, NULL};
-    dlt_status st = dlt__module_forward_n(gpt, in, targets ? 2 : 1, o, loss ? 2 : 1);
+    dlt_status st = gpt_run(gpt, in, targets ? 2 : 1, o, loss ? 2 : 1, logits != NULL);
     if (st != DLT_OK) {
         dlt_tensor_release(o[0]);
         dlt_tensor_release(o[1]);

@@ -18,6 +18,14 @@
  *
  * dlt__cross_entropy_padded (internal) is the same with only the first n_classes columns of
  * the logits taking part (a vocabulary padded for speed): the others get zero gradient.
+ * With `consume` the caller gives the logits up (a GPT asked for its loss alone): where the
+ * tape will want their gradient (mean or sum, bf16 or f32 logits made by an op), the forward
+ * writes the gradient for dloss = 1 over them while each row is still on chip (as llm.c's
+ * fused classifier; on CUDA a block holds the row in shared memory or registers), and the backward only multiplies it by dloss, a pass it skips on the
+ * device when dloss is 1 (a plain loss.backward()). That saves one read of the logits (1.65
+ * GB for GPT-2 at 16 x 1024) when dloss is 1 and costs one write when it is not (a loss
+ * divided for accumulation). Not fp16: the unscaled gradient would fall into fp16's
+ * subnormals before the GradScaler's factor reached it.
  */
 #include <math.h>
 
@@ -27,6 +35,10 @@ static dlt_status ce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
     dlt_ctx *ctx = n->ctx;
     const dlt_ce_params *p = DLT_NODE_ATTR(n, dlt_ce_params);
     dlt_tensor *logits = n->saved[0], *targets = n->saved[1], *saved = n->saved[2], *dx = NULL;
+    if (p->grad_in_logits) { /* the forward wrote the gradient for dloss = 1 over the logits */
+        dlt_status st = logits->numel ? ctx->be->ce_grad_scale(ctx, logits, gout[0]) : DLT_OK;
+        return st == DLT_OK ? dlt__grad_slot_store(ctx, &gin[0], dlt_tensor_retain(logits)) : st;
+    }
     /* Logits nobody else holds are dead once this node has run (the tape drops its saved
      * tensors then): the gradient overwrites them in place, as llm.c does, instead of a
      * second [N, V] buffer at the backward's peak (1.6 GB for GPT-2 at 16 x 1024 in bf16).
@@ -44,7 +56,26 @@ static dlt_status ce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
     return dlt__grad_slot_store(ctx, &gin[0], dx);
 }
 
-static dlt_status ce_op(dlt_tensor *logits, dlt_tensor *targets, dlt_ce_params p, const char *F,
+/* The forward with the gradient for dloss = 1 over the logits l2 (see the file comment):
+ * the backend's one-pass kernel, else ce_fwd and then ce_bwd in place with a device 1. */
+static dlt_status ce_fwd_grad(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *l2, dlt_tensor *t1,
+                              const dlt_ce_params *p, const char *F) {
+    int served = 0;
+    if (ctx->be->ce_fwd_grad) DLT_CHECK(ctx->be->ce_fwd_grad(ctx, loss, saved, l2, t1, p, &served));
+    if (served) {
+        ctx->served_ce_fwd_grad++;
+        return DLT_OK;
+    }
+    DLT_CHECK(ctx->be->ce_fwd(ctx, loss, saved, l2, t1, p));
+    dlt_tensor *one = NULL;
+    DLT_CHECK(dlt__tensor_new(ctx, DLT_F32, NULL, 0, DLT_FORMAT_CONTIGUOUS, F, &one));
+    dlt_status st = ctx->be->fill(ctx, one, 1.0);
+    if (st == DLT_OK) st = ctx->be->ce_bwd(ctx, l2, one, l2, t1, saved, p);
+    dlt_tensor_release(one);
+    return st;
+}
+
+static dlt_status ce_op(dlt_tensor *logits, dlt_tensor *targets, dlt_ce_params p, int consume, const char *F,
                         dlt_tensor **out) {
     DLT_CHECK(dlt__check_tensor(logits, F, "logits"));
     DLT_CHECK(dlt__check_tensor(targets, F, "targets"));
@@ -95,7 +126,15 @@ static dlt_status ce_op(dlt_tensor *logits, dlt_tensor *targets, dlt_ce_params p
             DLT_CHECK_GOTO(st, ctx->be->fill(ctx, loss, p.reduction == DLT_REDUCTION_MEAN ? (double)NAN : 0.0), done);
         DLT_CHECK_GOTO(st, ctx->be->fill(ctx, saved, 0.0), done);
     } else {
-        DLT_CHECK_GOTO(st, ctx->be->ce_fwd(ctx, loss, saved, l2, t1, &p), done);
+        dlt_tensor *in[2] = {l2, t1};
+        /* the gradient in the forward: logits the caller gave up (lc is them, not a copy),
+         * made by an op (not a leaf anyone holds), that the tape will differentiate */
+        p.grad_in_logits = consume && lc == logits && !logits->requires_grad && logits->grad_fn &&
+                           !logits->storage->external && p.reduction != DLT_REDUCTION_NONE &&
+                           (logits->dtype == DLT_BF16 || logits->dtype == DLT_F32) &&
+                           ctx->be->ce_grad_scale && dlt__needs_grad(ctx, in, 2);
+        if (p.grad_in_logits) DLT_CHECK_GOTO(st, ce_fwd_grad(ctx, loss, saved, l2, t1, &p, F), done);
+        else DLT_CHECK_GOTO(st, ctx->be->ce_fwd(ctx, loss, saved, l2, t1, &p), done);
     }
     {
         dlt_tensor *in[2] = {l2, t1};
@@ -124,20 +163,20 @@ done:
 dlt_status dlt_cross_entropy(dlt_tensor *logits, dlt_tensor *targets, int64_t ignore_index,
                              int32_t reduction, dlt_tensor **out) {
     const dlt_ce_params p = {.ignore_index = ignore_index, .reduction = reduction};
-    return ce_op(logits, targets, p, "dlt_cross_entropy", out);
+    return ce_op(logits, targets, p, 0, "dlt_cross_entropy", out);
 }
 
 dlt_status dlt_cross_entropy_ex(dlt_tensor *logits, dlt_tensor *targets, int64_t ignore_index,
                                 int32_t reduction, double label_smoothing, dlt_tensor **out) {
     const dlt_ce_params p = {.ignore_index = ignore_index, .reduction = reduction,
                              .label_smoothing = label_smoothing};
-    return ce_op(logits, targets, p, "dlt_cross_entropy_ex", out);
+    return ce_op(logits, targets, p, 0, "dlt_cross_entropy_ex", out);
 }
 
 dlt_status dlt__cross_entropy_padded(dlt_tensor *logits, dlt_tensor *targets, int64_t n_classes,
                                      int64_t ignore_index, int32_t reduction, double label_smoothing,
-                                     const char *func, dlt_tensor **out) {
+                                     int consume, const char *func, dlt_tensor **out) {
     const dlt_ce_params p = {.ignore_index = ignore_index, .reduction = reduction,
                              .label_smoothing = label_smoothing, .n_classes = n_classes};
-    return ce_op(logits, targets, p, func, out);
+    return ce_op(logits, targets, p, consume, func, out);
 }
