@@ -5,8 +5,10 @@
  * graph's arena and left to the driver (DLT_GRAPH_ARENA=0), the captured graph's node kinds
  * and chain (dlt_graph_stat); a replay with an inf in the input (skipped on the device); the
  * lr changed between replays; a tensor the step hands out outliving its graph; a capture that
- * fails giving its arena back; and the nanoGPT-style step (AdamW groups, warm-up + cosine,
- * clip_grad_norm through the scaler). Every case skips without a GPU.
+ * fails giving its arena back; the nanoGPT-style step (AdamW groups, warm-up + cosine,
+ * clip_grad_norm through the scaler); and autocast's parameter copies read by replays (no
+ * cast recorded where the copy was current, refreshed after host writes and after another
+ * graph's writes). Every case skips without a GPU.
  */
 #include <math.h>
 #include <stdint.h>
@@ -495,8 +497,9 @@ static void test_graph_keeps_buffers_replaced_after_capture(void) {
     dlt_ctx_destroy(cu);
 }
 
-/* Under autocast a parameter's bf16 copy is cached until the parameter changes; a capture
- * must cast anyway, because its replays cannot see later changes. A forward-only graph
+/* Under autocast a parameter's bf16 copy is cached until the parameter changes, and a
+ * capture reads a current copy without casting; its replays cannot see later changes, so
+ * the graph refreshes the copy first where the parameter moved. A forward-only graph
  * captured before the parameter changes (gpt_train's evaluation graph, captured before the
  * first optimizer step) must compute with the new values on replay. */
 typedef struct cast_state {
@@ -558,6 +561,87 @@ static void test_graph_casts_parameters_on_every_replay(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* out = x w^T computed exactly (the test's values are exact in bf16) */
+static int cast_outputs_wrong(const float *x, const float *w, const float *out) {
+    int wrong = 0;
+    for (int r = 0; r < CR; r++)
+        for (int o = 0; o < CO; o++) {
+            double a = 0;
+            for (int i = 0; i < CI; i++) a += (double)x[r * CI + i] * w[o * CI + i];
+            wrong += out[r * CO + o] != (float)a;
+        }
+    return wrong;
+}
+
+/* A capture that finds the parameter's bf16 copy current reads it without recording the
+ * cast (one kernel fewer than a capture that had to cast), and the copy is refreshed before
+ * a replay where the parameter was written since: by the host (a load), or by another
+ * graph's replay, which writes it without moving its version (graph_written). */
+typedef struct write_state {
+    dlt_tensor *w, *src;
+} write_state;
+
+static dlt_status write_step(void *user) {
+    write_state *ws = user;
+    return dlt_tensor_copy(ws->w, ws->src);
+}
+
+static void test_graph_reads_current_cast_copies(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    const int64_t xs[2] = {CR, CI}, ws2[2] = {CO, CI}, os[2] = {CR, CO};
+    static float x[CR * CI], w[CO * CI], out[CR * CO];
+    for (int i = 0; i < CR * CI; i++) x[i] = (float)((i * 5) % 7) - 3.0f;
+    for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * 3) % 5 - 2);
+    cast_state c = {NULL, NULL, NULL};
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 2, 0, x, sizeof x, &c.x));
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, ws2, 2, 0, w, sizeof w, &c.w));
+    CHECK_OK(dlt_tensor_set_requires_grad(c.w, 1));
+    CHECK_OK(dlt_tensor_zeros(cu, DLT_F32, os, 2, 0, &c.out));
+    int32_t prev = 1;
+    CHECK_OK(dlt_grad_set_enabled(cu, 0, &prev));
+    /* reused: the warm-up calls left the copy current */
+    dlt_graph *reuse = NULL, *casts = NULL, *writer = NULL;
+    CHECK_OK(graph_create_logged(cu, cast_step, &c, &reuse));
+    REQUIRE(dlt_graph_is_captured(reuse) == 1, "not captured: %s", g_logs);
+    /* with zero warm-up calls after a write, the capture finds the copy stale and casts */
+    CHECK_OK(dlt_tensor_copy_from_host(c.w, w, sizeof w));
+    CHECK_OK(dlt_graph_create(cu, cast_step, &c, 0, &casts));
+    REQUIRE(dlt_graph_is_captured(casts) == 1, "not captured");
+    const int64_t k_reuse = dlt_graph_stat(reuse, DLT_GRAPH_STAT_KERNELS),
+                  k_cast = dlt_graph_stat(casts, DLT_GRAPH_STAT_KERNELS);
+    CHECK(k_cast == k_reuse + 1, "kernels: %lld with the copy current, %lld with it stale (want one cast more)",
+          (long long)k_reuse, (long long)k_cast);
+    /* host writes between replays */
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * (3 + round) + 1) % 7 - 3);
+        CHECK_OK(dlt_tensor_copy_from_host(c.w, w, sizeof w));
+        CHECK_OK(dlt_graph_run(reuse));
+        CHECK_OK(dlt_tensor_copy_to_host(c.out, out, sizeof out));
+        CHECK(cast_outputs_wrong(x, w, out) == 0, "host write %d: the replay read a stale copy", round + 1);
+    }
+    /* a graph that writes the parameter on replay (captured after the reader) */
+    write_state wst = {c.w, NULL};
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, ws2, 2, 0, w, sizeof w, &wst.src));
+    CHECK_OK(dlt_graph_create(cu, write_step, &wst, 1, &writer));
+    REQUIRE(dlt_graph_is_captured(writer) == 1, "the writer was not captured");
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * (2 + round) + round) % 9 - 4);
+        CHECK_OK(dlt_tensor_copy_from_host(wst.src, w, sizeof w)); /* src is not the parameter */
+        CHECK_OK(dlt_graph_run(writer));
+        CHECK_OK(dlt_graph_run(reuse));
+        CHECK_OK(dlt_tensor_copy_to_host(c.out, out, sizeof out));
+        CHECK(cast_outputs_wrong(x, w, out) == 0, "after the writer graph's replay %d: a stale copy", round + 1);
+        CHECK_OK(cast_step(&c)); /* eager: must cast too, the version did not move */
+        CHECK_OK(dlt_tensor_copy_to_host(c.out, out, sizeof out));
+        CHECK(cast_outputs_wrong(x, w, out) == 0, "eager after the writer graph's replay %d: a stale copy", round + 1);
+    }
+    CHECK_OK(dlt_grad_set_enabled(cu, prev, NULL));
+    dlt_graph_destroy(writer), dlt_graph_destroy(casts), dlt_graph_destroy(reuse);
+    dlt_tensor_release(wst.src);
+    dlt_tensor_release(c.x), dlt_tensor_release(c.w), dlt_tensor_release(c.out);
+    dlt_ctx_destroy(cu);
+}
+
 int main(void) {
     RUN(test_capture_whole_step);
     RUN(test_capture_whole_step_driver_memory);
@@ -566,5 +650,6 @@ int main(void) {
     RUN(test_capture_adamw_clip_step);
     RUN(test_graph_keeps_buffers_replaced_after_capture);
     RUN(test_graph_casts_parameters_on_every_replay);
+    RUN(test_graph_reads_current_cast_copies);
     return th_done();
 }

@@ -45,6 +45,9 @@ struct dlt_ctx {
     int32_t autocast_depth;
     int32_t deterministic, allow_tf32;
     int32_t capturing; /* inside CUDA graph capture: no host syncs allowed */
+    /* autocast copies the capture in progress reads without casting (graph.c takes them) */
+    struct dlt__lp_use *capture_lp;
+    int32_t n_capture_lp, cap_capture_lp;
     int32_t graph_warmup; /* in dlt_graph_create's warm-up steps: prepare all the capture will use */
 
     dlt_status poisoned; /* != DLT_OK after an asynchronous fault */

@@ -420,6 +420,23 @@ dlt_status dlt__be_missing(const dlt_ctx *ctx, const char *func, const char *wha
 typedef dlt_status (*dlt__found_inf_hook)(void *user, dlt_ctx *ctx, float *flag);
 void dlt__grad_scaler_set_found_inf_hook(dlt_grad_scaler *s, dlt__found_inf_hook fn, void *user);
 
+/* t's values change by a copy, fill, load or collective: its version moves (autocast
+ * rebuilds its low-precision copies); inside a capture t is also marked graph_written,
+ * since the graph's replays will write it without moving the version. */
+static inline void dlt__tensor_written(dlt_tensor *t) {
+    t->version++;
+    if (t->ctx && t->ctx->capturing) t->graph_written = 1;
+}
+
+/* A parameter's autocast copy that a capture read without recording the cast: the copy was
+ * current, and the graph refreshes it before a replay where it is not (graph.c). */
+typedef struct dlt__lp_use {
+    dlt_tensor *param, *copy; /* references held by the capture, then by its graph */
+    int32_t k;                /* lp_copy index: 0 f16, 1 bf16 */
+} dlt__lp_use;
+/* Notes (param, copy) for the capture in progress (once per pair). */
+dlt_status dlt__capture_note_lp(dlt_ctx *ctx, dlt_tensor *param, dlt_tensor *copy, int32_t k, const char *func);
+
 /* ---------------------------------------------------------------------------------------
  * Internal ops for modules (lib/ops)
  * ------------------------------------------------------------------------------------- */

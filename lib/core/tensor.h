@@ -54,6 +54,9 @@ struct dlt_tensor {
     uint64_t version;
     dlt_tensor *lp_copy[2];      /* [0] f16, [1] bf16 */
     uint64_t lp_version[2];
+    /* written inside a graph capture by a copy, fill, load or collective: replays write it
+     * without moving version, so autocast casts it again at every use (lib/ops/autocast.c) */
+    int32_t graph_written;
 
     /* dist: uses of this leaf left in the running backward (tape hooks), valid when
      * hook_gen is the tape's current generation */

@@ -481,7 +481,7 @@ dlt_status dlt_comm_all_reduce(dlt_comm *c, dlt_tensor *t, int32_t op) {
     DLT_CHECK(check_tensor(c, t, F, "t"));
     DLT_CHECK(check_op(op, t->dtype, F));
     DLT_CHECK(dlt__comm_all_reduce(c, t, op, 0, F));
-    t->version++;
+    dlt__tensor_written(t);
     return DLT_OK;
 }
 
@@ -492,7 +492,7 @@ dlt_status dlt_comm_broadcast(dlt_comm *c, dlt_tensor *t, int32_t root) {
     if (root < 0 || root >= c->world)
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "root %d is outside 0..%d", root, c->world - 1);
     DLT_CHECK(dlt__comm_broadcast(c, t, root, F));
-    t->version++;
+    dlt__tensor_written(t);
     return DLT_OK;
 }
 
@@ -519,7 +519,7 @@ dlt_status dlt_comm_all_gather(dlt_comm *c, dlt_tensor *out, const dlt_tensor *i
     DLT_CHECK(check_blocks(c, out, in, F, "out", "in"));
     DLT_CHECK(run_raw(c, DLT_COLL_ALL_GATHER, dlt__data(in), dlt__data(out), (size_t)in->numel, in->dtype,
                       DLT_REDUCE_SUM, 0, F));
-    out->version++;
+    dlt__tensor_written(out);
     return DLT_OK;
 }
 
@@ -534,7 +534,7 @@ dlt_status dlt_comm_reduce_scatter(dlt_comm *c, dlt_tensor *out, const dlt_tenso
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F, "out and in share memory");
     DLT_CHECK(run_raw(c, DLT_COLL_REDUCE_SCATTER, dlt__data(in), dlt__data(out), (size_t)out->numel, in->dtype,
                       op, 0, F));
-    out->version++;
+    dlt__tensor_written(out);
     return DLT_OK;
 }
 

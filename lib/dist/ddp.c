@@ -363,7 +363,7 @@ static dlt_status sync_module(dlt_ddp *d, int buffers_only, const char *func) {
         DLT_CHECK(dlt_module_state_entry(d->m, i, NULL, &t, &is_param));
         if (!synced(t, is_param) || (buffers_only && is_param)) continue;
         DLT_CHECK(dlt__comm_broadcast(c, t, 0, func));
-        t->version++; /* autocast's low-precision copies follow the new values */
+        dlt__tensor_written(t); /* autocast's low-precision copies follow the new values */
     }
     return DLT_OK;
 }

@@ -334,7 +334,7 @@ dlt_status dlt_module_set_format(dlt_module *m, int32_t format) {
             break;
         }
         t->format = format;
-        t->version++; /* autocast copies are rebuilt (they follow the format and version) */
+        dlt__tensor_written(t); /* autocast copies are rebuilt (they follow the format and version) */
     }
     for (int32_t i = 0; i < n; i++) dlt_tensor_release(jobs[i].tmp);
     free(jobs);

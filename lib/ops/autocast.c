@@ -38,10 +38,9 @@ int32_t dlt__autocast_dtype(const dlt_ctx *ctx) {
 
 int32_t dlt_autocast_dtype(const dlt_ctx *ctx) { return ctx ? dlt__autocast_dtype(ctx) : -1; }
 
-/* The cached low-precision copy is shared by every eager forward until the parameter changes
- * (a captured step refreshes it on every replay); each use gets a fresh alias that carries
- * this forward's tape node, so the cache itself never points into a graph (no reference
- * cycle through the parameter). */
+/* The cached low-precision copy is shared by every forward, eager or captured, until the
+ * parameter changes; each use gets a fresh alias that carries this forward's tape node, so
+ * the cache itself never points into a graph (no reference cycle through the parameter). */
 dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func, dlt_tensor **out) {
     if (dtype < 0 || x->dtype == dtype || !dlt__is_float(x->dtype)) {
         *out = dlt_tensor_retain(x);
@@ -63,12 +62,19 @@ dlt_status dlt__autocast_operand(dlt_tensor *x, int32_t dtype, const char *func,
         x->lp_copy[k] = lp;
         x->lp_version[k] = x->version + 1; /* force the copy below */
     }
-    /* a capture always casts: its replays cannot see the parameter change (a graph captured
-     * before the optimizer's steps, e.g. an evaluation graph, would read a stale copy) */
-    if (x->lp_version[k] != x->version || ctx->capturing) {
+    /* A current copy stays current across a graph's replays when every write to the
+     * parameter refreshes it: the optimizers write it with the update (a captured step
+     * included), host-side writes move the version, and dlt_graph_run refreshes the copies
+     * its capture noted before a replay that finds one stale (a graph captured before the
+     * optimizer's steps, or before a checkpoint load). So a capture records no cast for it.
+     * A parameter written by some graph's replays (graph_written) is cast at every use. */
+    if (x->lp_version[k] != x->version || x->graph_written) {
         dlt_status st = x->numel ? ctx->be->convert(ctx, lp, x) : DLT_OK;
         if (st != DLT_OK) return dlt__err_wrap(st, func);
-        x->lp_version[k] = x->version;
+        /* a captured cast runs only when the graph does: the copy stays marked stale */
+        if (!ctx->capturing) x->lp_version[k] = x->version;
+    } else if (ctx->capturing) {
+        DLT_CHECK(dlt__capture_note_lp(ctx, x, lp, k, func));
     }
     dlt_tensor *alias = NULL;
     dlt_node *node = NULL;

@@ -38,7 +38,7 @@ dlt_status dlt_tensor_copy_from_host(dlt_tensor *t, const void *src, size_t nbyt
         return dlt__err(DLT_ERR_INVALID_ARGUMENT, F,
                         "the host buffer has %zu bytes but the tensor holds %zu", nbytes, want);
     if (want == 0) return DLT_OK;
-    t->version++;
+    dlt__tensor_written(t);
     return t->ctx->be->memcpy_h2d(t->ctx, dlt__data(t), src, want);
 }
 
@@ -66,7 +66,7 @@ dlt_status dlt_tensor_copy(dlt_tensor *dst, const dlt_tensor *src) {
     if (dst->dtype != src->dtype)
         return dlt__err(DLT_ERR_DTYPE, F, "dst is %s but src is %s (use dlt_tensor_cast)",
                         dlt_dtype_name(dst->dtype), dlt_dtype_name(src->dtype));
-    dst->version++;
+    dlt__tensor_written(dst);
     if (dst->ctx == src->ctx) return copy_same_ctx(dst, src, F);
     if (dst->numel == 0) return DLT_OK;
     if ((src->ctx->capturing || dst->ctx->capturing))
@@ -185,7 +185,7 @@ dlt_status dlt_tensor_fill(dlt_tensor *t, double value) {
                         "value %g cannot be converted to type %s without overflow", value,
                         dlt_dtype_name(t->dtype));
     if (t->numel == 0) return DLT_OK;
-    t->version++;
+    dlt__tensor_written(t);
     dlt_status st = t->ctx->be->fill(t->ctx, t, value);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
 }
@@ -201,7 +201,7 @@ static dlt_status rand_fill(dlt_tensor *t, int32_t normal, double a, double b, c
     /* normal values come in pairs from a block of four words, so both kinds reserve
      * ceil(numel/4) counters: element i always uses counter off + i/4. */
     uint64_t off = dlt__rng_reserve(t->ctx, dlt__philox_blocks((uint64_t)t->numel));
-    t->version++;
+    dlt__tensor_written(t);
     dlt_status st = t->ctx->be->rand(t->ctx, t, normal, a, b, t->ctx->seed, off);
     return st == DLT_OK ? st : dlt__err_wrap(st, F);
 }
