@@ -5,9 +5,9 @@
  *             then is NaN, as cross-entropy does with a bad target);
  *   backward  deterministic whatever the mode: the indices are sorted with their positions
  *             (CUB radix sort, stable, so equal indices keep position order), then a block
- *             per run of equal indices and 256 columns adds the run's gradient rows into
- *             dW[v]: a warp per 32 columns for short runs, the eight warps over the rows of
- *             long ones with their sums added in a fixed order. No atomics: the same bits
+ *             per run of equal indices and 256 columns (32 where runs are mostly long) adds
+ *             the run's gradient rows into dW[v]: a warp per 32 columns for short runs, the
+ *             eight warps over the rows of long ones with their sums added in a fixed order. No atomics: the same bits
  *             every run. padding_idx and out-of-range indices are skipped.
  * The sort's buffers come from the context's scratch (sized in warm-up before a capture).
  */
@@ -37,18 +37,21 @@ template <typename I> __global__ void iota_keys_kernel(int64_t *keys, int32_t *p
     }
 }
 
-/* A block per run of equal sorted indices and group of eight 32-column tiles (blockIdx.y).
+/* A block per run of equal sorted indices and group of `tpb` 32-column tiles (blockIdx.y).
  * A short run (at most EMB_SHORT rows, GPT-2's words): warp w adds the run's rows in order
  * for tile w of the group on its own, no barrier. A long run (a 65-character vocabulary:
  * hundreds of rows): for each tile of the group, warp w adds rows w, w + 8, ... and warp 0
- * adds the eight partial sums in warp order. The order depends on the run's length only:
- * deterministic. Blocks stride over sorted positions and skip those that do not start a
- * run (block-uniform, as is the path, so the barriers are safe). */
+ * adds the eight partial sums in warp order. The order depends on the run's length only
+ * (not on tpb): deterministic. tpb is EMB_WARPS where most runs are short, so that a word's
+ * block has a tile per warp, and 1 where most are long, so that a run's tiles are spread
+ * over blocks rather than taken one after another (bwd_tiles_per_block). Blocks stride over
+ * sorted positions and skip those that do not start a run (block-uniform, as is the path,
+ * so the barriers are safe). */
 constexpr int EMB_WARPS = 8, EMB_SHORT = 16;
 template <typename T>
 __global__ void __launch_bounds__(EMB_WARPS * 32) embedding_bwd_kernel(void *dw, int tdw, const T *dy, const int64_t *keys,
                                                                     const int32_t *pos, int64_t n, int64_t V, int64_t D,
-                                                                    int64_t padding_idx, int beta) {
+                                                                    int64_t padding_idx, int beta, int tpb) {
     __shared__ float part[EMB_WARPS][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tiles = (D + 31) / 32;
@@ -65,17 +68,17 @@ __global__ void __launch_bounds__(EMB_WARPS * 32) embedding_bwd_kernel(void *dw,
             else hi = mid;
         }
         const bool shortrun = lo - s <= EMB_SHORT;
-        for (int64_t g = (int64_t)blockIdx.y * EMB_WARPS; g < tiles; g += (int64_t)gridDim.y * EMB_WARPS) {
+        for (int64_t g = (int64_t)blockIdx.y * tpb; g < tiles; g += (int64_t)gridDim.y * tpb) {
             if (shortrun) {
                 const int64_t j = (g + warp) * 32 + lane;
-                if (j < D) {
+                if (warp < tpb && j < D) {
                     float acc = beta ? ld_dt(dw, tdw, v * D + j) : 0.0f;
                     for (int64_t r = s; r < lo; r++) acc += to_f<T>(dy[(int64_t)pos[r] * D + j]);
                     st_dt(dw, tdw, v * D + j, acc);
                 }
                 continue;
             }
-            for (int64_t t = g; t < g + EMB_WARPS && t < tiles; t++) {
+            for (int64_t t = g; t < g + tpb && t < tiles; t++) {
                 const int64_t j = t * 32 + lane;
                 float acc = 0.0f;
                 if (j < D)
@@ -94,11 +97,18 @@ __global__ void __launch_bounds__(EMB_WARPS * 32) embedding_bwd_kernel(void *dw,
     }
 }
 
+/* Tiles per block: 1 when the average run is long (more than EMB_SHORT indices per
+ * vocabulary row: the 65-character vocabulary's runs of hundreds, whose tiles f6d5fb9
+ * spread over blocks; 6b3b530 had one block take eight of them one after another, and the
+ * Shakespeare iteration measured 6.98 ms after it against 6.70 before, the likely cause,
+ * not yet measured apart), else a tile per warp (GPT-2's runs of one or a few). */
+static int bwd_tiles_per_block(int64_t n, int64_t V) { return n > (int64_t)EMB_SHORT * V ? 1 : EMB_WARPS; }
+
 /* blocks over sorted positions (at most 4096: each strides over n / 4096 of them) times
- * groups of eight 32-column tiles (at most 65535 groups: the kernel strides over the rest) */
-static dim3 bwd_grid(int64_t n, int64_t D) {
+ * groups of tpb 32-column tiles (at most 65535 groups: the kernel strides over the rest) */
+static dim3 bwd_grid(int64_t n, int64_t D, int tpb) {
     const int64_t x = n < 4096 ? (n > 0 ? n : 1) : 4096, tiles = D > 0 ? (D + 31) / 32 : 1,
-                  y = (tiles + EMB_WARPS - 1) / EMB_WARPS;
+                  y = (tiles + tpb - 1) / tpb;
     return dim3((unsigned)x, (unsigned)(y < 65535 ? y : 65535));
 }
 
@@ -151,9 +161,10 @@ dlt_status dlt__cuda_embedding_bwd(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tenso
     DLT_CU(ctx, cub::DeviceRadixSort::SortPairs(cub_temp, temp, keys_in, keys_out, pos_in, pos_out, (int)n, 0, end_bit, st),
            F);
     if (!beta) DLT_CU(ctx, cudaMemsetAsync(dlt__data(dw), 0, dlt__nbytes(dw), st), F);
+    const int tpb = bwd_tiles_per_block(n, V);
     DLT_DISPATCH_FLOAT(dy->dtype, T,
-        embedding_bwd_kernel<T><<<bwd_grid(n, D), EMB_WARPS * 32, 0, st>>>(
-            dlt__data(dw), dw->dtype, (const T *)dlt__data(dy), keys_out, pos_out, n, V, D, padding_idx, 1));
+        embedding_bwd_kernel<T><<<bwd_grid(n, D, tpb), EMB_WARPS * 32, 0, st>>>(
+            dlt__data(dw), dw->dtype, (const T *)dlt__data(dy), keys_out, pos_out, n, V, D, padding_idx, 1, tpb));
     DLT_CU_LAUNCHED(ctx, F);
     return DLT_OK;
 }
