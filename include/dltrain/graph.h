@@ -17,6 +17,14 @@
  * the captured call creates and hands out is rewritten by every replay and stays valid
  * until released, also after dlt_graph_destroy.
  *
+ * Autocast's parameter copies: where the capture finds a parameter's f16/bf16 copy current,
+ * the graph reads it without a cast of its own (the optimizers write the copy with each
+ * update, a captured step included). Before a replay, dlt_graph_run converts again each such
+ * copy whose parameter was written since by the host (a load, dlt_tensor_copy, a fill, a
+ * broadcast) or is written by some graph's replays, so every replay sees the current
+ * weights; a parameter whose layout changed since the capture makes dlt_graph_run fail with
+ * DLT_ERR_INVALID_STATE (capture again). Writes through raw device pointers are not seen.
+ *
  * When capture is impossible (CPU context, an op that cannot be captured, a host read in
  * the step), the graph runs the callback eagerly on every dlt_graph_run instead, and the
  * log callback (core.h) receives a warning naming the reason; dlt_graph_is_captured says

@@ -22,7 +22,8 @@
 #   timeline: Nsight Systems over the replayed step (graph nodes as rows) of ResNet50
 #          (TIMELINE_BATCH, default 256, fp16 channels-last) and GPT-2 (16 x 1024 bf16): the
 #          step's busy and idle time and the time per kind (scripts/device/nsys_timeline.py);
-#          about 1-2 minutes. Not yet run: written in the sixth session without device time.
+#          about 1-2 minutes. Not yet run: the lent H200 has no nsys (2026-12-02); the stage
+#          then says so and skips.
 #   GPT (issue 17): STAGES="build gpt" runs every GPT stage (gpt = gpt_tests gpt_bench
 #          gpt_recipe gpt_fp16 gpt_hf); each can be named alone. They need build-gpu (the
 #          build stage, or a warm machine's earlier call), .device/anchors with torch_gpt2.py,
