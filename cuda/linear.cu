@@ -33,7 +33,9 @@
  * dtype, compute type, epilogue and pointer alignment in a small round-robin table owned
  * by the context (dlt_cuda_state.gemm), so a warmed-up call allocates nothing and only sets
  * the per-call pointers: safe inside CUDA graph capture. The workspace comes from the
- * context's shared arena (dlt__cuda_workspace), whose size the heuristic is told.
+ * context's shared arena (dlt__cuda_workspace), whose size the heuristic is told. With
+ * DLT_GEMM_AUTOTUNE=1 a plan keeps the heuristic's first 8 algorithms and its first call
+ * that overwrites its outputs outside a capture times them (tune); the fastest stays.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +61,10 @@ struct dlt_gemm_key {
     int32_t pad_;
 };
 
+/* DLT_GEMM_AUTOTUNE=1: the heuristic's first GEMM_TUNE_MAX algorithms are timed */
+#define GEMM_TUNE_MAX 8
+#define GEMM_TUNE_REPS 3
+
 struct dlt_gemm_plan {
     dlt_gemm_key key;
     int32_t used;   /* slot holds a plan */
@@ -67,6 +73,10 @@ struct dlt_gemm_plan {
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
     size_t workspace;
+    /* autotune: the candidates (the first is algo) until the first call that may try them */
+    int32_t n_cand;
+    cublasLtMatmulAlgo_t cand[GEMM_TUNE_MAX];
+    size_t cand_ws[GEMM_TUNE_MAX];
 };
 
 struct dlt_cuda_gemm_cache {
@@ -203,15 +213,23 @@ dlt_status plan_build(dlt_ctx *ctx, const GemmCall &g, const dlt_gemm_key &key, 
         LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
     }
     {
-        cublasLtMatmulHeuristicResult_t res;
+        cublasLtMatmulHeuristicResult_t res[GEMM_TUNE_MAX];
         int found = 0;
-        memset(&res, 0, sizeof res);
+        memset(res, 0, sizeof res);
+        const dlt_cudnn_settings *set = NULL;
+        const int want = dlt__cudnn_settings(ctx, &set) == DLT_OK && set->gemm_autotune ? GEMM_TUNE_MAX : 1;
         cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(dlt__cu(ctx)->cublaslt, p->desc, p->a, p->b,
-                                                           p->d, p->d, pref, 1, &res, &found);
-        if (hs == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
-            p->algo = res.algo;
-            p->workspace = res.workspaceSize;
+                                                           p->d, p->d, pref, want, res, &found);
+        if (hs == CUBLAS_STATUS_SUCCESS && found > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
+            p->algo = res[0].algo;
+            p->workspace = res[0].workspaceSize;
             p->usable = 1;
+            for (int i = 0; i < found && i < GEMM_TUNE_MAX; i++)
+                if (res[i].state == CUBLAS_STATUS_SUCCESS) {
+                    p->cand[p->n_cand] = res[i].algo;
+                    p->cand_ws[p->n_cand++] = res[i].workspaceSize;
+                }
+            if (p->n_cand < 2) p->n_cand = 0; /* nothing to choose from */
         } else if (hs == CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED ||
                    (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT && hs != CUBLAS_STATUS_ALLOC_FAILED)) {
             /* no algorithm (or a fused epilogue cuBLASLt refuses for this layout): remembered,
@@ -282,6 +300,75 @@ dlt_status plan_get(dlt_ctx *ctx, const GemmCall &g, const char *F, dlt_gemm_pla
     return DLT_OK;
 }
 
+/* The plan's epilogue pointers for this call (they live in the descriptor). */
+dlt_status set_pointers(dlt_ctx *ctx, dlt_gemm_plan *p, const GemmCall &g, const char *F) {
+    if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        DLT_CUBLAS(ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &g.bias, sizeof g.bias), F);
+    if (g.aux)
+        DLT_CUBLAS(ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                       &g.aux, sizeof g.aux), F);
+    return DLT_OK;
+}
+
+/* DLT_GEMM_AUTOTUNE: runs each candidate once, then GEMM_TUNE_REPS times between two events,
+ * and keeps the fastest. Only for a call whose outputs the real call then writes whole (beta
+ * 0: D, and the aux or bias-gradient output an epilogue writes), so the trials change
+ * nothing, and outside a capture (the events are waited for on the host). A candidate that
+ * cuBLASLt refuses is passed over. */
+dlt_status tune(dlt_ctx *ctx, dlt_gemm_plan *p, const GemmCall &g, const char *F) {
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    DLT_CU(ctx, cudaEventCreate(&e0), F);
+    cudaError_t ce = cudaEventCreate(&e1);
+    if (ce != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return dlt__cuda_fail(ctx, ce, F, "cudaEventCreate");
+    }
+    cudaStream_t st = dlt__stream(ctx);
+    const float alpha = 1.0f, beta = 0.0f;
+    float best = -1.0f;
+    int bi = 0;
+    dlt_status rc = DLT_OK;
+    for (int i = 0; i < p->n_cand && rc == DLT_OK; i++) {
+        void *ws = NULL;
+        if (p->cand_ws[i] > 0 && (rc = dlt__cuda_workspace(ctx, p->cand_ws[i], &ws)) != DLT_OK) break;
+        cublasStatus_t s = cublasLtMatmul(dlt__cu(ctx)->cublaslt, p->desc, &alpha, g.A, p->a, g.B, p->b, &beta, g.D,
+                                          p->d, g.D, p->d, &p->cand[i], ws, p->cand_ws[i], st);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        ce = cudaEventRecord(e0, st);
+        for (int r = 0; r < GEMM_TUNE_REPS && ce == cudaSuccess && s == CUBLAS_STATUS_SUCCESS; r++)
+            s = cublasLtMatmul(dlt__cu(ctx)->cublaslt, p->desc, &alpha, g.A, p->a, g.B, p->b, &beta, g.D, p->d, g.D,
+                               p->d, &p->cand[i], ws, p->cand_ws[i], st);
+        if (ce == cudaSuccess) ce = cudaEventRecord(e1, st);
+        if (ce == cudaSuccess) ce = cudaEventSynchronize(e1);
+        float ms = 0.0f;
+        if (ce == cudaSuccess) ce = cudaEventElapsedTime(&ms, e0, e1);
+        if (ce != cudaSuccess) {
+            rc = dlt__cuda_fail(ctx, ce, F, "timing cuBLASLt algorithms");
+            break;
+        }
+        if (s == CUBLAS_STATUS_SUCCESS && (best < 0.0f || ms < best)) {
+            best = ms;
+            bi = i;
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (rc != DLT_OK) return rc;
+    if (best >= 0.0f) {
+        p->algo = p->cand[bi];
+        p->workspace = p->cand_ws[bi];
+        dlt__log(DLT_LOG_INFO, "dlt: GEMM autotune m=%lld n=%lld k=%lld: candidate %d of %d, %.4f ms",
+                 (long long)g.m, (long long)g.n, (long long)g.k, bi + 1, (int)p->n_cand,
+                 (double)(best / GEMM_TUNE_REPS));
+    }
+    p->n_cand = 0;
+    return DLT_OK;
+}
+
 /* Tries the GEMM; *done = 0 when cuBLASLt has no algorithm for it (the caller falls back).
  * A fused epilogue that cuBLASLt refuses at launch (NOT_SUPPORTED / INVALID_VALUE are
  * returned before anything is enqueued) is remembered as unusable and falls back too. */
@@ -290,14 +377,10 @@ dlt_status gemm_try(dlt_ctx *ctx, const GemmCall &g, const char *F, int *done) {
     *done = 0;
     DLT_CHECK(plan_get(ctx, g, F, &p));
     if (!p->usable) return DLT_OK;
+    DLT_CHECK(set_pointers(ctx, p, g, F));
+    if (p->n_cand && g.beta == 0.0f && !ctx->capturing) DLT_CHECK(tune(ctx, p, g, F));
     void *ws = NULL;
     if (p->workspace > 0) DLT_CHECK(dlt__cuda_workspace(ctx, p->workspace, &ws));
-    if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-        DLT_CUBLAS(ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &g.bias, sizeof g.bias), F);
-    if (g.aux)
-        DLT_CUBLAS(ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                       &g.aux, sizeof g.aux), F);
     const float alpha = 1.0f, beta = g.beta;
     cublasStatus_t s = cublasLtMatmul(dlt__cu(ctx)->cublaslt, p->desc, &alpha, g.A, p->a, g.B, p->b, &beta,
                                       g.D, p->d, g.D, p->d, &p->algo, ws, p->workspace, dlt__stream(ctx));

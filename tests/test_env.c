@@ -47,6 +47,8 @@ static void test_parse_rules(void) {
     CHECK(dlt__env_parse(DLT__ENV_BN_ASYNC_PLANS, NULL, 1) == 1, "on-switch unset");
     CHECK(dlt__env_parse(DLT__ENV_CUDNN_AUTOTUNE, "1", 0) == 1, "off-switch 1");
     CHECK(dlt__env_parse(DLT__ENV_CUDNN_AUTOTUNE, "yes", 0) == 0, "off-switch yes");
+    CHECK(dlt__env_parse(DLT__ENV_GEMM_AUTOTUNE, "1", 0) == 1, "GEMM autotune on");
+    CHECK(dlt__env_parse(DLT__ENV_GEMM_AUTOTUNE, NULL, 0) == 0, "GEMM autotune unset: off");
 }
 
 static void test_read_and_defaults(void) {

@@ -38,6 +38,11 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
         "`1` (unset: off)",
         "time the candidate cuDNN engines of each new convolution shape and keep the fastest "
         "(heuristics' first choice otherwise)"},
+    [DLT__ENV_GEMM_AUTOTUNE] = {"DLT_GEMM_AUTOTUNE", DLT__ENV_OFF, -1, 0, 0, 0,
+        "`1` (unset: off)",
+        "time cuBLASLt's first 8 algorithms for each new GEMM shape at its first overwriting call "
+        "outside a capture and keep the fastest (the heuristic's first choice otherwise; the "
+        "choice, so the last bits, may differ from run to run)"},
     [DLT__ENV_WORKSPACE_MAX] = {"DLT_WORKSPACE_MAX", DLT__ENV_COUNT, -1, INT64_MAX, 0, INT64_MAX,
         "bytes (unlimited)",
         "cuDNN engines and cuBLASLt algorithms needing more workspace are passed over when "
