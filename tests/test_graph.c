@@ -11,6 +11,10 @@
  * PyTorch's semantics for CUDA graphs and its generator are that a replay draws what the
  * eager step would draw at the generator's position, and eager calls between replays draw
  * fresh numbers, in call order.
+ *
+ * The same table counts the casts of a parameter's autocast copy, recorded or run, for the
+ * contract between autocast, captures and dlt_graph_run (the copy refreshed before a replay
+ * that needs it; tests/cuda_graph.c checks the values on a GPU).
  */
 #include <string.h>
 
@@ -76,6 +80,18 @@ static dlt_status fake_graph_launch(dlt_ctx *ctx, void *exec) {
 }
 static void fake_graph_free(dlt_ctx *ctx, void *exec) { (void)ctx, (void)exec; }
 
+/* converts of one watched tensor: recorded by a capture, or run (eagerly, or by dlt_graph_run
+ * before a launch) */
+static const dlt_tensor *g_watch;
+static int g_conv_captured, g_conv_run;
+static dlt_status fake_convert(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src) {
+    if (src == g_watch) {
+        if (g_recording) g_conv_captured++;
+        else g_conv_run++;
+    }
+    return g_recording ? DLT_OK : g_cpu->convert(ctx, dst, src);
+}
+
 static dlt_ctx *capturing_ctx(void) {
     dlt_ctx *ctx = NULL;
     if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx) != DLT_OK) return NULL;
@@ -87,6 +103,7 @@ static dlt_ctx *capturing_ctx(void) {
     g_fake.capture_end = fake_capture_end;
     g_fake.graph_launch = fake_graph_launch;
     g_fake.graph_free = fake_graph_free;
+    g_fake.convert = fake_convert;
     g_fake.capture_trace = NULL;
     ctx->be = &g_fake;
     g_corrections = 0;
@@ -264,9 +281,107 @@ static void test_graph_depth(void) {
     CHECK(dlt__graph_depth(3, 1, bad_f, bad_t, &d) == DLT_DEPTH_BAD_EDGE, "an edge to node 7 of 3 is reported");
 }
 
+/* ---- autocast's parameter copies in captures (lib/ops/autocast.c, graph.c lp_refresh) ----
+ * A capture that finds the parameter's bf16 copy current records no cast; dlt_graph_run
+ * converts the copy again before a replay when the host wrote the parameter since, and on
+ * every replay once some graph writes the parameter (graph_written), which eager uses then
+ * cast too. A capture that finds the copy stale records the cast and leaves it marked stale. */
+enum { LR = 2, LI = 8, LO = 4 };
+typedef struct {
+    dlt_tensor *x, *w, *src;
+} lin_state;
+
+static dlt_status lin_step(void *user) {
+    lin_state *s = user;
+    dlt_tensor *y = NULL;
+    DLT_CHECK(dlt_autocast_begin(dlt_tensor_ctx(s->w), DLT_BF16));
+    dlt_status st = dlt_linear(s->x, s->w, NULL, &y);
+    dlt_status st2 = dlt_autocast_end(dlt_tensor_ctx(s->w));
+    dlt_tensor_release(y);
+    return st != DLT_OK ? st : st2;
+}
+
+static dlt_status write_step(void *user) {
+    lin_state *s = user;
+    return dlt_tensor_copy(s->w, s->src);
+}
+
+/* the bf16 copy holds the parameter's values (exact for the halves used here); `want`, when
+ * given, is what the parameter must hold */
+static int copy_holds(const dlt_tensor *w, const float *want) {
+    const dlt_tensor *c = w->lp_copy[1];
+    if (!c) return 0;
+    dlt_tensor *f = NULL;
+    float got[LO * LI], cur[LO * LI];
+    if (dlt_cast((dlt_tensor *)c, DLT_F32, &f) != DLT_OK) return 0;
+    int ok = dlt_tensor_copy_to_host(f, got, sizeof got) == DLT_OK &&
+             dlt_tensor_copy_to_host(w, cur, sizeof cur) == DLT_OK && !memcmp(got, cur, sizeof got);
+    if (want) ok = ok && !memcmp(cur, want, sizeof cur);
+    dlt_tensor_release(f);
+    return ok;
+}
+
+static void test_capture_reads_current_autocast_copies(void) {
+    dlt_ctx *ctx = capturing_ctx();
+    REQUIRE(ctx != NULL);
+    const int64_t xs[2] = {LR, LI}, ws[2] = {LO, LI};
+    float x[LR * LI], w[LO * LI];
+    for (int i = 0; i < LR * LI; i++) x[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < LO * LI; i++) w[i] = 0.5f * (float)(i % 7 - 3);
+    lin_state s = {NULL, NULL, NULL};
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, xs, 2, 0, x, sizeof x, &s.x));
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, ws, 2, 0, w, sizeof w, &s.w));
+    CHECK_OK(dlt_tensor_from_host(ctx, DLT_F32, ws, 2, 0, w, sizeof w, &s.src));
+    CHECK_OK(dlt_tensor_set_requires_grad(s.w, 1));
+    int32_t prev = 1;
+    CHECK_OK(dlt_grad_set_enabled(ctx, 0, &prev));
+    g_watch = s.w;
+    g_conv_captured = g_conv_run = 0;
+    dlt_graph *g = NULL, *writer = NULL, *g2 = NULL, *g3 = NULL;
+    CHECK_OK(dlt_graph_create(ctx, lin_step, &s, 1, &g)); /* the warm-up makes the copy */
+    REQUIRE(dlt_graph_is_captured(g) == 1);
+    CHECK(g_conv_run == 1 && g_conv_captured == 0, "current copy: %d run, %d captured casts (want 1, 0)", g_conv_run,
+          g_conv_captured);
+    CHECK_OK(dlt_graph_run(g));
+    CHECK(g_conv_run == 1, "a replay with the copy current converted (%d)", g_conv_run);
+    /* a host write: the next replay refreshes the copy first, once */
+    for (int i = 0; i < LO * LI; i++) w[i] = 0.5f * (float)(i % 5 - 1);
+    CHECK_OK(dlt_tensor_copy_from_host(s.w, w, sizeof w));
+    CHECK_OK(dlt_graph_run(g));
+    CHECK(g_conv_run == 2 && copy_holds(s.w, w), "after a host write: %d converts, copy %s", g_conv_run,
+          copy_holds(s.w, w) ? "current" : "stale");
+    CHECK_OK(dlt_graph_run(g));
+    CHECK(g_conv_run == 2, "the refreshed copy was converted again (%d)", g_conv_run);
+    /* stale at capture: the cast is recorded, and the copy stays marked stale */
+    CHECK_OK(dlt_tensor_copy_from_host(s.w, w, sizeof w));
+    CHECK_OK(dlt_graph_create(ctx, lin_step, &s, 0, &g2));
+    CHECK(g_conv_captured == 1, "stale copy: %d captured casts (want 1)", g_conv_captured);
+    CHECK_OK(lin_step(&s));
+    CHECK(g_conv_run == 3, "an eager use after a capture that cast: %d converts (want 3)", g_conv_run);
+    /* a graph that writes the parameter (this table's replays do not redo the write, but
+     * a real graph's would: the version cannot tell), so every replay of g refreshes */
+    CHECK_OK(dlt_graph_create(ctx, write_step, &s, 0, &writer));
+    CHECK(s.w->graph_written == 1, "a write inside a capture marks the parameter");
+    CHECK_OK(dlt_graph_run(writer));
+    CHECK_OK(dlt_graph_run(g));
+    CHECK_OK(dlt_graph_run(g));
+    CHECK(g_conv_run == 5 && copy_holds(s.w, NULL), "graph-written parameter: %d converts (want 5), copy %s",
+          g_conv_run, copy_holds(s.w, NULL) ? "current" : "stale");
+    CHECK_OK(lin_step(&s));
+    CHECK(g_conv_run == 6, "eager use of a graph-written parameter: %d converts (want 6)", g_conv_run);
+    CHECK_OK(dlt_graph_create(ctx, lin_step, &s, 0, &g3));
+    CHECK(g_conv_captured == 2, "a capture reading a graph-written parameter records the cast (%d)", g_conv_captured);
+    CHECK_OK(dlt_grad_set_enabled(ctx, prev, NULL));
+    dlt_graph_destroy(g3), dlt_graph_destroy(writer), dlt_graph_destroy(g2), dlt_graph_destroy(g);
+    g_watch = NULL;
+    dlt_tensor_release(s.x), dlt_tensor_release(s.w), dlt_tensor_release(s.src);
+    dlt_ctx_destroy(ctx);
+}
+
 int main(void) {
     RUN(test_graph_depth);
     RUN(test_replays_and_eager_calls_share_one_counter);
     RUN(test_random_fill_is_not_captured);
+    RUN(test_capture_reads_current_autocast_copies);
     return th_done();
 }
