@@ -9,8 +9,9 @@ concatenated). --llmc: what ../shared/anchors/run_llmc.sh printed ("llm.c batch 
 llm.c's step lines "step   26/30 | ... | 31.52 ms | ... | 519748 tok/s" and its "device memory
 usage: X MiB / Y MiB"). Missing peers are left out. For every batch size it prints our
 configurations and the peers', then the ratios of our best tokens/s (and its peak memory)
-to each peer's and to the best peer: the issue's targets are ratio >= 1 against the best peer
-in tokens/s and <= 1 against torch.compile in peak memory.
+to each peer's and to the best peer (that line with both sides' ms and tokens/s): the issue's
+targets are ratio >= 1 against the best peer in tokens/s and <= 1 against torch.compile in
+peak memory.
 
 Figures are taken as printed: ms/step is our median block, torch_gpt2.py's mean over its
 timed steps, llm.c's mean over the step lines given (steps 26-30, its tok/s is a moving
@@ -122,8 +123,10 @@ def table(rows, gpu):
             print("| %d x %s | %s | %s | %.2f | %s |" % (b, best["seq"] or "?", best["impl"], p["impl"],
                                                        best["tok"] / p["tok"], fmt(mem, "%.2f")))
         top = max(peers, key=lambda r: r["tok"])
-        print("| %d x %s | %s | best peer: %s | %.2f (%s) | |" % (
-            b, best["seq"] or "?", best["impl"], top["impl"], best["tok"] / top["tok"],
+        # the figures behind the verdict on its own line: a log's tail then holds them all
+        print("| %d x %s | %s: %s ms, %s tok/s | best peer: %s: %s ms, %s tok/s | %.2f (%s) | |" % (
+            b, best["seq"] or "?", best["impl"], fmt(best["ms"], "%.2f"), fmt(best["tok"], "{:,.0f}"), top["impl"],
+            fmt(top["ms"], "%.2f"), fmt(top["tok"], "{:,.0f}"), best["tok"] / top["tok"],
             "met" if best["tok"] >= top["tok"] else "missed"))
 
 

@@ -180,7 +180,8 @@ EOF
 "$py" "$src/scripts/bench_gpt_compare.py" --ours "$tmp/bench.json" --torch "$tmp/torch.txt" --llmc "$tmp/llmc.txt" >"$tmp/out" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -qE '^\| 2 x 16 \| llm.c .* \| 2.00 \| 16,000 \|' "$tmp/out" \
    && grep -qE '^\| 2 x 16 \| PyTorch compile_bf16 \| 2.00 \| 16,000 \| 45.0% \| 50 \| 29.2 \|' "$tmp/out" \
-   && grep -qE 'best peer: (llm.c|PyTorch compile_bf16)' "$tmp/out" && grep -q '7800 (device)' "$tmp/out"; then
+   && grep -qE 'best peer: (llm.c|PyTorch compile_bf16)[^|]*: 2.00 ms, 16,000 tok/s \| [0-9.]+ \((met|missed)\)' "$tmp/out" \
+   && grep -q '7800 (device)' "$tmp/out"; then
   ok "bench_gpt_compare.py reads bench_gpt's record, torch_gpt2.py's and llm.c's output"
 else notok "bench_gpt_compare.py (rc=$rc)"; fi
 
