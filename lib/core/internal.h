@@ -217,7 +217,8 @@ struct dlt_backend {
      * caller gave the logits up): one pass over rows held on chip, where ce_fwd and
      * ce_bwd read the logits twice from memory. The loss and saved are ce_fwd's, the
      * gradient ce_bwd's for dloss = 1, bit for bit. *served = 0 (nothing launched) where the
-     * backend has no such kernel for these operands. NULL: never. */
+     * backend has no such kernel for these operands: the op then runs ce_fwd and, in the
+     * backward, ce_bwd. NULL: never. */
     dlt_status (*ce_fwd_grad)(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *logits,
                               const dlt_tensor *targets, const dlt_ce_params *p, int *served);
     /* dx *= dloss[0] in place, nothing when dloss[0] == 1 (read on the device: no sync) */

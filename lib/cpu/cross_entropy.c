@@ -15,7 +15,8 @@
  * Backward: dlogits_ik = (exp(x_ik - lse_i) - (1-ls) [k == t_i] - ls/C) * g, g = dloss / count
  * (mean), dloss (sum) or dloss_i (none); rows with an ignored target and padded columns get
  * zeros. In place (dlogits == logits) too: each element is read before it is written.
- * ce_grad_scale: a gradient written for dloss = 1 (lib/ops/cross_entropy.c) times dloss.
+ * ce_fwd_grad: the forward, then that gradient for dloss = 1 in place; ce_grad_scale: such a
+ * gradient times dloss (lib/ops/cross_entropy.c).
  *
  * logits are contiguous, any float dtype (loaded as fp32); targets are i32 or i64; loss,
  * dloss are one f32 element.
@@ -80,18 +81,17 @@ dlt_status dlt__cpu_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved,
     return DLT_OK;
 }
 
-dlt_status dlt__cpu_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
-                           const dlt_tensor *logits, const dlt_tensor *targets,
-                           const dlt_tensor *saved, const dlt_ce_params *p) {
-    (void)ctx;
+/* The gradient for a reduced loss's dloss g0 (sum: g0, mean: g0 / count), or per row (none:
+ * pg[i]). */
+static void ce_grad(dlt_tensor *dlogits, const dlt_tensor *logits, const dlt_tensor *targets,
+                    const dlt_tensor *saved, const dlt_ce_params *p, double g0, const float *pg) {
     const int64_t N = logits->shape[0], K = logits->shape[1], C = p->n_classes;
     const double ls = p->label_smoothing;
     const void *px = dlt__data(logits);
     void *pd = dlt__data(dlogits);
     const float *sv = dlt__data(saved);
-    const float *pg = dlt__data(dloss);
-    const double scale = p->reduction == DLT_REDUCTION_SUM ? (double)pg[0]
-                         : p->reduction == DLT_REDUCTION_MEAN ? (double)pg[0] / (double)sv[N]
+    const double scale = p->reduction == DLT_REDUCTION_SUM ? g0
+                         : p->reduction == DLT_REDUCTION_MEAN ? g0 / (double)sv[N]
                                                                : 0.0;
     for (int64_t i = 0; i < N; i++) {
         const int64_t base = i * K, t = target_at(targets, i);
@@ -108,6 +108,26 @@ dlt_status dlt__cpu_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *
         }
         for (int64_t k = C; k < K; k++) dlt__st(pd, dlogits->dtype, base + k, 0.0f);
     }
+}
+
+dlt_status dlt__cpu_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
+                           const dlt_tensor *logits, const dlt_tensor *targets,
+                           const dlt_tensor *saved, const dlt_ce_params *p) {
+    (void)ctx;
+    const float *pg = dlt__data(dloss);
+    ce_grad(dlogits, logits, targets, saved, p, (double)pg[0], pg);
+    return DLT_OK;
+}
+
+/* The forward, then the gradient for dloss = 1 over the logits (the CPU's one pass is the
+ * two passes in a row: the same values as ce_fwd and ce_bwd). */
+dlt_status dlt__cpu_ce_fwd_grad(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *logits,
+                                const dlt_tensor *targets, const dlt_ce_params *p, int *served) {
+    *served = 0;
+    if (p->reduction != DLT_REDUCTION_MEAN && p->reduction != DLT_REDUCTION_SUM) return DLT_OK;
+    DLT_CHECK(dlt__cpu_ce_fwd(ctx, loss, saved, logits, targets, p));
+    ce_grad(logits, logits, targets, saved, p, 1.0, NULL);
+    *served = 1;
     return DLT_OK;
 }
 

@@ -70,11 +70,14 @@ dlt_status dlt__cpu_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, co
 dlt_status dlt__cpu_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
                             const dlt_tensor *logits, const dlt_tensor *targets, const dlt_tensor *saved,
                             const dlt_ce_params *p);
+dlt_status dlt__cpu_ce_fwd_grad(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *logits,
+                                const dlt_tensor *targets, const dlt_ce_params *p, int *served);
 dlt_status dlt__cpu_ce_grad_scale(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dloss);
 dlt_status dlt__cpu_count_correct(dlt_ctx *ctx, void *correct, const dlt_tensor *logits,
                                   const dlt_tensor *targets);
 #define DLT_CPU_CROSS_ENTROPY_ENTRIES                                                         \
-    .ce_fwd = dlt__cpu_ce_fwd, .ce_bwd = dlt__cpu_ce_bwd, .ce_grad_scale = dlt__cpu_ce_grad_scale, \
+    .ce_fwd = dlt__cpu_ce_fwd, .ce_bwd = dlt__cpu_ce_bwd, .ce_fwd_grad = dlt__cpu_ce_fwd_grad,     \
+    .ce_grad_scale = dlt__cpu_ce_grad_scale,                                                   \
     .count_correct = dlt__cpu_count_correct,
 
 /* ---- sgd.c ---- */

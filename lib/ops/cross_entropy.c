@@ -19,10 +19,11 @@
  * dlt__cross_entropy_padded (internal) is the same with only the first n_classes columns of
  * the logits taking part (a vocabulary padded for speed): the others get zero gradient.
  * With `consume` the caller gives the logits up (a GPT asked for its loss alone): where the
- * tape will want their gradient (mean or sum, bf16 or f32 logits made by an op), the forward
- * writes the gradient for dloss = 1 over them while each row is still on chip (as llm.c's
- * fused classifier; on CUDA a block holds the row in shared memory or registers), and the backward only multiplies it by dloss, a pass it skips on the
- * device when dloss is 1 (a plain loss.backward()). That saves one read of the logits (1.65
+ * tape will want their gradient (mean or sum, bf16 or f32 logits made by an op) and the
+ * backend has a one-pass kernel for them (ce_fwd_grad), the forward writes the gradient for
+ * dloss = 1 over them while each row is still on chip (as llm.c's fused classifier), and the
+ * backward only multiplies it by dloss, a pass it skips on the device when dloss is 1 (a
+ * plain loss.backward()). That saves one read of the logits (1.65
  * GB for GPT-2 at 16 x 1024) when dloss is 1 and costs one write when it is not (a loss
  * divided for accumulation). Not fp16: the unscaled gradient would fall into fp16's
  * subnormals before the GradScaler's factor reached it.
@@ -54,25 +55,6 @@ static dlt_status ce_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad_slo
         return st;
     }
     return dlt__grad_slot_store(ctx, &gin[0], dx);
-}
-
-/* The forward with the gradient for dloss = 1 over the logits l2 (see the file comment):
- * the backend's one-pass kernel, else ce_fwd and then ce_bwd in place with a device 1. */
-static dlt_status ce_fwd_grad(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, dlt_tensor *l2, dlt_tensor *t1,
-                              const dlt_ce_params *p, const char *F) {
-    int served = 0;
-    if (ctx->be->ce_fwd_grad) DLT_CHECK(ctx->be->ce_fwd_grad(ctx, loss, saved, l2, t1, p, &served));
-    if (served) {
-        ctx->served_ce_fwd_grad++;
-        return DLT_OK;
-    }
-    DLT_CHECK(ctx->be->ce_fwd(ctx, loss, saved, l2, t1, p));
-    dlt_tensor *one = NULL;
-    DLT_CHECK(dlt__tensor_new(ctx, DLT_F32, NULL, 0, DLT_FORMAT_CONTIGUOUS, F, &one));
-    dlt_status st = ctx->be->fill(ctx, one, 1.0);
-    if (st == DLT_OK) st = ctx->be->ce_bwd(ctx, l2, one, l2, t1, saved, p);
-    dlt_tensor_release(one);
-    return st;
 }
 
 static dlt_status ce_op(dlt_tensor *logits, dlt_tensor *targets, dlt_ce_params p, int consume, const char *F,
@@ -128,12 +110,15 @@ static dlt_status ce_op(dlt_tensor *logits, dlt_tensor *targets, dlt_ce_params p
     } else {
         dlt_tensor *in[2] = {l2, t1};
         /* the gradient in the forward: logits the caller gave up (lc is them, not a copy),
-         * made by an op (not a leaf anyone holds), that the tape will differentiate */
-        p.grad_in_logits = consume && lc == logits && !logits->requires_grad && logits->grad_fn &&
-                           !logits->storage->external && p.reduction != DLT_REDUCTION_NONE &&
-                           (logits->dtype == DLT_BF16 || logits->dtype == DLT_F32) &&
-                           ctx->be->ce_grad_scale && dlt__needs_grad(ctx, in, 2);
-        if (p.grad_in_logits) DLT_CHECK_GOTO(st, ce_fwd_grad(ctx, loss, saved, l2, t1, &p, F), done);
+         * made by an op (not a leaf anyone holds), that the tape will differentiate, where
+         * the backend has a one-pass kernel for them; else the plain forward and backward */
+        int served = 0;
+        if (consume && lc == logits && !logits->requires_grad && logits->grad_fn && !logits->storage->external &&
+            p.reduction != DLT_REDUCTION_NONE && (logits->dtype == DLT_BF16 || logits->dtype == DLT_F32) &&
+            ctx->be->ce_fwd_grad && ctx->be->ce_grad_scale && dlt__needs_grad(ctx, in, 2))
+            DLT_CHECK_GOTO(st, ctx->be->ce_fwd_grad(ctx, loss, saved, l2, t1, &p, &served), done);
+        p.grad_in_logits = served;
+        if (served) ctx->served_ce_fwd_grad++;
         else DLT_CHECK_GOTO(st, ctx->be->ce_fwd(ctx, loss, saved, l2, t1, &p), done);
     }
     {
