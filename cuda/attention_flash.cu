@@ -111,16 +111,6 @@ __device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], const uint32_t
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* 16 bytes global -> shared without a trip through registers (cp.async, sm_80), zeros
- * when !valid (source size 0: nothing is read) */
-__device__ __forceinline__ void cp_async16(void *s, const void *g, bool valid) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-/* waits until at most N of this thread's committed groups are still in flight */
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /* Fragment loads from shared memory (16-bit elements as raw bits, leading dimension ld,
  * even; lane = 4 g + t). "row": the operand's rows are the smem rows (32-bit loads of two
  * neighbours); "col": stored transposed (two 16-bit loads). */

@@ -81,6 +81,30 @@ static inline bool vec16_ok(int64_t n, int width, const void *a, const void *b =
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                 \
          i += (int64_t)gridDim.x * blockDim.x)
 
+/* 16 bytes global -> shared without a trip through registers (cp.async, sm_80), zeros
+ * when !valid (source size 0: nothing is read); older GPUs copy through registers at once.
+ * No compiler barrier: a caller reusing shared memory orders its reads itself (a barrier,
+ * or asm volatile("" ::: "memory")). */
+__device__ __forceinline__ void cp_async16(void *s, const void *g, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g), "r"(valid ? 16 : 0));
+#else
+    *(uint4 *)s = valid ? *(const uint4 *)g : make_uint4(0u, 0u, 0u, 0u);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+/* waits until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 } // namespace dlt
 
 /* Calls F<T>(args...) for the tensor dtype; float types only unless noted. */
