@@ -72,7 +72,8 @@ dlt_status dlt__cuda_linear_bwd_data_gelu(dlt_ctx *ctx, dlt_tensor *dx, const dl
     .linear_bwd_weight = dlt__cuda_linear_bwd_weight, .linear_fwd_gelu = dlt__cuda_linear_fwd_gelu, \
     .linear_bwd_data_gelu = dlt__cuda_linear_bwd_data_gelu,
 
-/* ---- cross_entropy.cu (and count_correct) ---- */
+/* ---- cross_entropy.cu (forward, ce_fwd_grad), cross_entropy_bwd.cu (backward, ce_grad_scale,
+ *      count_correct) ---- */
 dlt_status dlt__cuda_ce_fwd(dlt_ctx *ctx, dlt_tensor *loss, dlt_tensor *saved, const dlt_tensor *logits,
                             const dlt_tensor *targets, const dlt_ce_params *p);
 dlt_status dlt__cuda_ce_bwd(dlt_ctx *ctx, dlt_tensor *dlogits, const dlt_tensor *dloss,
