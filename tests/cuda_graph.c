@@ -523,44 +523,6 @@ static dlt_status cast_step(void *user) {
 
 enum { CR = 16, CI = 32, CO = 8 };
 
-static void test_graph_casts_parameters_on_every_replay(void) {
-    CUDA_CTX_OR_SKIP(cu);
-    const int64_t xs[2] = {CR, CI}, ws[2] = {CO, CI}, os[2] = {CR, CO};
-    static float x[CR * CI], w[CO * CI], out[CR * CO];
-    /* small integers and halves: exact in bf16, sums exact in f32 */
-    for (int i = 0; i < CR * CI; i++) x[i] = (float)((i * 7) % 5) - 2.0f;
-    for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * 3) % 7 - 3);
-    cast_state c = {NULL, NULL, NULL};
-    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 2, 0, x, sizeof x, &c.x));
-    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, ws, 2, 0, w, sizeof w, &c.w));
-    CHECK_OK(dlt_tensor_set_requires_grad(c.w, 1)); /* a parameter: its cast is cached */
-    CHECK_OK(dlt_tensor_zeros(cu, DLT_F32, os, 2, 0, &c.out));
-    int32_t prev = 1;
-    CHECK_OK(dlt_grad_set_enabled(cu, 0, &prev)); /* evaluation: no tape */
-    dlt_graph *graph = NULL;
-    CHECK_OK(graph_create_logged(cu, cast_step, &c, &graph));
-    REQUIRE(dlt_graph_is_captured(graph) == 1, "not captured: %s", g_logs);
-    for (int round = 0; round < 2; round++) {
-        for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * (5 + round) + round) % 9 - 4);
-        CHECK_OK(dlt_tensor_copy_from_host(c.w, w, sizeof w)); /* the parameter changes */
-        CHECK_OK(dlt_graph_run(graph));
-        CHECK_OK(dlt_tensor_copy_to_host(c.out, out, sizeof out));
-        int wrong = 0;
-        for (int r = 0; r < CR; r++)
-            for (int o = 0; o < CO; o++) {
-                double a = 0;
-                for (int i = 0; i < CI; i++) a += (double)x[r * CI + i] * w[o * CI + i];
-                wrong += out[r * CO + o] != (float)a;
-            }
-        CHECK(wrong == 0, "replay %d after the parameter changed: %d of %d outputs differ (a stale bf16 copy?)",
-              round + 1, wrong, CR * CO);
-    }
-    CHECK_OK(dlt_grad_set_enabled(cu, prev, NULL));
-    dlt_graph_destroy(graph);
-    dlt_tensor_release(c.x), dlt_tensor_release(c.w), dlt_tensor_release(c.out);
-    dlt_ctx_destroy(cu);
-}
-
 /* out = x w^T computed exactly (the test's values are exact in bf16) */
 static int cast_outputs_wrong(const float *x, const float *w, const float *out) {
     int wrong = 0;
@@ -571,6 +533,43 @@ static int cast_outputs_wrong(const float *x, const float *w, const float *out) 
             wrong += out[r * CO + o] != (float)a;
         }
     return wrong;
+}
+
+/* x [CR, CI], the parameter w [CO, CI] (its bf16 cast is cached) and out [CR, CO] zeros */
+static void cast_state_make(dlt_ctx *cu, const float *x, const float *w, cast_state *c) {
+    const int64_t xs[2] = {CR, CI}, ws[2] = {CO, CI}, os[2] = {CR, CO};
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 2, 0, x, CR * CI * sizeof(float), &c->x));
+    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, ws, 2, 0, w, CO * CI * sizeof(float), &c->w));
+    CHECK_OK(dlt_tensor_set_requires_grad(c->w, 1));
+    CHECK_OK(dlt_tensor_zeros(cu, DLT_F32, os, 2, 0, &c->out));
+}
+
+static void test_graph_casts_parameters_on_every_replay(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static float x[CR * CI], w[CO * CI], out[CR * CO];
+    /* small integers and halves: exact in bf16, sums exact in f32 */
+    for (int i = 0; i < CR * CI; i++) x[i] = (float)((i * 7) % 5) - 2.0f;
+    for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * 3) % 7 - 3);
+    cast_state c = {NULL, NULL, NULL};
+    cast_state_make(cu, x, w, &c);
+    int32_t prev = 1;
+    CHECK_OK(dlt_grad_set_enabled(cu, 0, &prev)); /* evaluation: no tape */
+    dlt_graph *graph = NULL;
+    CHECK_OK(graph_create_logged(cu, cast_step, &c, &graph));
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "not captured: %s", g_logs);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * (5 + round) + round) % 9 - 4);
+        CHECK_OK(dlt_tensor_copy_from_host(c.w, w, sizeof w)); /* the parameter changes */
+        CHECK_OK(dlt_graph_run(graph));
+        CHECK_OK(dlt_tensor_copy_to_host(c.out, out, sizeof out));
+        const int wrong = cast_outputs_wrong(x, w, out);
+        CHECK(wrong == 0, "replay %d after the parameter changed: %d of %d outputs differ (a stale bf16 copy?)",
+              round + 1, wrong, CR * CO);
+    }
+    CHECK_OK(dlt_grad_set_enabled(cu, prev, NULL));
+    dlt_graph_destroy(graph);
+    dlt_tensor_release(c.x), dlt_tensor_release(c.w), dlt_tensor_release(c.out);
+    dlt_ctx_destroy(cu);
 }
 
 /* A capture that finds the parameter's bf16 copy current reads it without recording the
@@ -588,15 +587,12 @@ static dlt_status write_step(void *user) {
 
 static void test_graph_reads_current_cast_copies(void) {
     CUDA_CTX_OR_SKIP(cu);
-    const int64_t xs[2] = {CR, CI}, ws2[2] = {CO, CI}, os[2] = {CR, CO};
+    const int64_t ws2[2] = {CO, CI};
     static float x[CR * CI], w[CO * CI], out[CR * CO];
     for (int i = 0; i < CR * CI; i++) x[i] = (float)((i * 5) % 7) - 3.0f;
     for (int i = 0; i < CO * CI; i++) w[i] = 0.5f * (float)((i * 3) % 5 - 2);
     cast_state c = {NULL, NULL, NULL};
-    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, xs, 2, 0, x, sizeof x, &c.x));
-    CHECK_OK(dlt_tensor_from_host(cu, DLT_F32, ws2, 2, 0, w, sizeof w, &c.w));
-    CHECK_OK(dlt_tensor_set_requires_grad(c.w, 1));
-    CHECK_OK(dlt_tensor_zeros(cu, DLT_F32, os, 2, 0, &c.out));
+    cast_state_make(cu, x, w, &c);
     int32_t prev = 1;
     CHECK_OK(dlt_grad_set_enabled(cu, 0, &prev));
     /* reused: the warm-up calls left the copy current */

@@ -493,13 +493,8 @@ static void ce_grad_case(dlt_ctx *cu, int64_t vocab, int64_t padded, double scal
         CHECK_OK(dlt_tensor_copy_to_host(loss, &lv[alone], sizeof(float)));
         if (scale != 1.0) CHECK_OK(dlt_mul_scalar(loss, NULL, scale, &scaled));
         CHECK_OK(dlt_backward(scaled ? scaled : loss, NULL));
-        n_state = dlt_module_num_state(m[alone]);
-        REQUIRE(n_state <= 32);
-        for (int32_t i = 0; i < n_state; i++) {
-            dlt_tensor *t = NULL;
-            CHECK_OK(dlt_module_state_entry(m[alone], i, NULL, &t, NULL));
-            g[alone][i] = dlt_tensor_grad(t) ? th_read_f32(dlt_tensor_grad(t)) : NULL;
-        }
+        n_state = th_read_grads(m[alone], g[alone], 32);
+        REQUIRE(n_state >= 0, "more than 32 state entries");
         dlt_tensor_release(scaled), dlt_tensor_release(loss), dlt_tensor_release(y), dlt_tensor_release(idx);
     }
     CHECK(!memcmp(&lv[0], &lv[1], sizeof(float)), "vocabulary %lld: loss %.9g in one pass, %.9g plain", (long long)vocab,

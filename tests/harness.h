@@ -307,6 +307,21 @@ static TH_UNUSED float *th_read_f32(const dlt_tensor *t) {
     return out;
 }
 
+/* Every state entry's gradient of module m as f32 host arrays in g[0 .. n) (NULL where an
+ * entry has none; the caller frees them). Returns n, or -1 when m has more than max
+ * entries (nothing read then). */
+static TH_UNUSED int32_t th_read_grads(dlt_module *m, float **g, int32_t max) {
+    const int32_t n = dlt_module_num_state(m);
+    if (n > max) return -1;
+    for (int32_t i = 0; i < n; i++) {
+        dlt_tensor *t = NULL;
+        g[i] = dlt_module_state_entry(m, i, NULL, &t, NULL) == DLT_OK && dlt_tensor_grad(t)
+                   ? th_read_f32(dlt_tensor_grad(t))
+                   : NULL;
+    }
+    return n;
+}
+
 /* x (any float dtype/format) against reference floats in logical order, bit for bit, the
  * reference rounded by the library's cast when x is f16/bf16 (made on ctx). Returns the
  * mismatches (the first three printed as TAP comments), -1 when it cannot compare. */

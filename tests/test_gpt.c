@@ -415,13 +415,8 @@ static void test_tied_weight_grad_under_autocast(void) {
         CHECK_OK(dlt_gpt_forward(m[ac], idx, idx, NULL, &loss));
         if (ac) CHECK_OK(dlt_autocast_end(g_ctx));
         CHECK_OK(dlt_backward(loss, NULL));
-        n_state = dlt_module_num_state(m[ac]);
-        REQUIRE(n_state <= 64);
-        for (int32_t i = 0; i < n_state; i++) {
-            dlt_tensor *t = NULL;
-            CHECK_OK(dlt_module_state_entry(m[ac], i, NULL, &t, NULL));
-            g[ac][i] = dlt_tensor_grad(t) ? th_read_f32(dlt_tensor_grad(t)) : NULL;
-        }
+        n_state = th_read_grads(m[ac], g[ac], 64);
+        REQUIRE(n_state >= 0, "more than 64 state entries");
         dlt_tensor_release(loss), dlt_tensor_release(idx);
     }
     int checked = 0;
@@ -587,13 +582,8 @@ static void test_loss_alone_takes_the_gradient_path(void) {
                 dlt_tensor_release(logits);
                 if (scales[si] != 1.0) CHECK_OK(dlt_mul_scalar(loss, NULL, scales[si], &scaled));
                 CHECK_OK(dlt_backward(scaled ? scaled : loss, NULL));
-                n_state = dlt_module_num_state(m[alone]);
-                REQUIRE(n_state <= 64);
-                for (int32_t i = 0; i < n_state; i++) {
-                    dlt_tensor *t = NULL;
-                    CHECK_OK(dlt_module_state_entry(m[alone], i, NULL, &t, NULL));
-                    g[alone][i] = dlt_tensor_grad(t) ? th_read_f32(dlt_tensor_grad(t)) : NULL;
-                }
+                n_state = th_read_grads(m[alone], g[alone], 64);
+                REQUIRE(n_state >= 0, "more than 64 state entries");
                 dlt_tensor_release(scaled), dlt_tensor_release(loss), dlt_tensor_release(y), dlt_tensor_release(idx);
             }
             CHECK(!memcmp(&lv[0], &lv[1], sizeof(float)), "%s: loss %.9g alone, %.9g with the logits",
