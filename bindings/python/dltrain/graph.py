@@ -21,6 +21,11 @@ On a CPU context, or when capture is impossible, the step runs eagerly on every 
 What the captured call allocates lives in one buffer per graph, sized by the last warm-up
 call; a tensor the captured call keeps is rewritten by every replay and stays valid until
 released, also after the graph is gone.
+Under autocast, a capture reads a parameter's current f16/bf16 copy without a cast of its
+own (the optimizers write the copy with each update); run() first converts again each such
+copy whose parameter was written since by the host (a load, a copy, a fill) or is written by
+some graph's replays, so every replay sees the current weights. A parameter whose layout
+changed since the capture makes run() raise (DLT_ERR_INVALID_STATE: capture again).
 """
 
 import ctypes
@@ -71,7 +76,8 @@ class Graph(Handle):
         check(st)
 
     def run(self):
-        """Replays the captured step (or runs it eagerly in fallback mode)."""
+        """Replays the captured step (or runs it eagerly in fallback mode), after refreshing
+        the autocast copies of parameters written since the capture (see the module doc)."""
         self._raise(lib.dlt_graph_run(self.handle))
 
     replay = run
