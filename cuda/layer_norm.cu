@@ -21,8 +21,8 @@
  *   backward  dx: one warp per row (the two row means of g = u*w and g*xhat, then dx);
  *             dw/db: the rows split into at most LN_CHUNKS chunks summed by one thread per
  *             (chunk, column) into scratch.
- * Both end with ln_bwd_final_kernel: per column the chunks added in order (and beta * the
- * old value), so dweight and dbias are deterministic.
+ * Both end with ln_bwd_final_kernel: per column the chunks added in a fixed order (and beta *
+ * the old value), so dweight and dbias are deterministic.
  */
 #include "nd.cuh"
 #include "ops_cuda.h"
@@ -107,27 +107,37 @@ __global__ void ln_bwd_partial_kernel(float *partial, const TY *dy, const T *x, 
     partial[(int64_t)(chunks + c) * N + j] = ab;
 }
 
-/* Per column j: the chunks' partial sums added in chunk order, 8 threads per column each
- * over every 8th chunk and then their 8 sums in order (a fixed order: deterministic). */
-__global__ void ln_bwd_final_kernel(void *dw, int tdw, void *db, int tdb, const float *partial, int64_t N, int chunks,
-                                    int beta) {
-    __shared__ float sw[8][33], sb[8][33];
+/* Per column j: the chunks' partial sums in a fixed order (deterministic): FIN_ROWS threads
+ * per column each add every FIN_ROWS-th chunk, then a tree over their sums. FIN_COLS = 8
+ * columns per block (a warp reads 4 chunks x 32 bytes) so that N = 768 makes 96 blocks: with
+ * 32 columns per block (24 blocks) the kernel took ~10 us per LayerNorm on an H200, most of
+ * it latency. */
+constexpr int FIN_COLS = 8, FIN_ROWS = 64;
+__global__ void __launch_bounds__(FIN_COLS *FIN_ROWS) ln_bwd_final_kernel(void *dw, int tdw, void *db, int tdb,
+                                                                        const float *partial, int64_t N, int chunks,
+                                                                        int beta) {
+    __shared__ float sw[FIN_ROWS][FIN_COLS], sb[FIN_ROWS][FIN_COLS];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int64_t j = (int64_t)blockIdx.x * 32 + tx;
+    const int64_t j = (int64_t)blockIdx.x * FIN_COLS + tx;
     float aw = 0.0f, ab = 0.0f;
     if (j < N)
-        for (int c = ty; c < chunks; c += 8) {
+        for (int c = ty; c < chunks; c += FIN_ROWS) {
             aw += partial[(int64_t)c * N + j];
             ab += partial[(int64_t)(chunks + c) * N + j];
         }
     sw[ty][tx] = aw;
     sb[ty][tx] = ab;
     __syncthreads();
-    if (ty != 0 || j >= N) return;
-    for (int k = 1; k < 8; k++) {
-        aw += sw[k][tx];
-        ab += sb[k][tx];
+    for (int h = FIN_ROWS / 2; h > 0; h >>= 1) {
+        if (ty < h) {
+            sw[ty][tx] += sw[ty + h][tx];
+            sb[ty][tx] += sb[ty + h][tx];
+        }
+        __syncthreads();
     }
+    if (ty != 0 || j >= N) return;
+    aw = sw[0][tx];
+    ab = sb[0][tx];
     if (dw) st_dt(dw, tdw, j, aw + (beta ? ld_dt(dw, tdw, j) : 0.0f));
     if (db) st_dt(db, tdb, j, ab + (beta ? ld_dt(db, tdb, j) : 0.0f));
 }
@@ -172,10 +182,12 @@ template <typename TY, int V> __device__ __forceinline__ void storev(TY *p, cons
 }
 
 /* lane's vector t of a row is vector lane + 32 t: present when below nvec */
+/* with add (dlt__add_layer_norm_to): the row is x + add, stored to sum (x's dtype) before the
+ * statistics are taken from it, the arithmetic and rounding of the separate add kernel */
 template <typename T, typename TY, typename W, int NV>
 __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(TY *y, float *mean, float *rstd, const T *x,
                                                                     const W *w, const W *b, int64_t M, int N,
-                                                                    float eps) {
+                                                                    float eps, const TY *add, T *sum) {
     constexpr int V = Vec16<T>::N;
     const int lane = threadIdx.x & 31, nvec = N / V;
     const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -189,6 +201,13 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(TY *y, float
             const int i = lane + 32 * t;
             if (i < nvec) {
                 loadv<T, V>(v[t], xr + (int64_t)i * V);
+                if (add) {
+                    float a[V];
+                    loadv<TY, V>(a, add + r * N + (int64_t)i * V);
+#pragma unroll
+                    for (int e = 0; e < V; e++) v[t][e] = to_f<T>(from_f<T>(v[t][e] + a[e]));
+                    storev<T, V>(sum + r * N + (int64_t)i * V, v[t]);
+                }
 #pragma unroll
                 for (int e = 0; e < V; e++) s += v[t][e];
             }
@@ -223,12 +242,14 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(TY *y, float
     }
 }
 
-/* dx for the rows of this block's warps; with partial, the block's column sums of u * xhat
- * (row 0 of its chunk) and u (row gridDim.x + chunk) as ln_bwd_final_kernel reads them */
+/* dx (+ prev: the gradient so far, may be dx itself) for the rows of this block's warps, and
+ * with dcast the same dx rounded to dy's dtype (the residual add's gradient for its 16-bit
+ * operand, dlt__add_layer_norm_to); with partial, the block's column sums of u * xhat (row 0
+ * of its chunk) and u (row gridDim.x + chunk) as ln_bwd_final_kernel reads them */
 template <typename T, typename TY, typename W, int NV>
-__global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, int acc, float *partial, const TY *dy,
-                                                                    const T *x, const float *mean, const float *rstd,
-                                                                    const W *w, int64_t M, int N) {
+__global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, const T *prev, TY *dcast, float *partial,
+                                                                    const TY *dy, const T *x, const float *mean,
+                                                                    const float *rstd, const W *w, int64_t M, int N) {
     constexpr int V = Vec16<T>::N;
     extern __shared__ float red[]; /* [2 N] when partial */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nvec = N / V;
@@ -266,15 +287,20 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, int a
         for (int t = 0; t < NV; t++) {
             const int i = lane + 32 * t;
             if (i >= nvec) continue;
-            float o[V], prev[V];
-            if (acc) loadv<T, V>(prev, dx + base + (int64_t)i * V); /* the gradient so far (dx_acc) */
+            float o[V], pv[V];
+            if (prev) loadv<T, V>(pv, prev + base + (int64_t)i * V);
 #pragma unroll
             for (int e = 0; e < V; e++) {
                 const float g = u[t][e] * (w ? to_f<W>(w[i * V + e]) : 1.0f);
                 o[e] = rs * (g - sg - xh[t][e] * sgx);
-                if (acc) o[e] += prev[e];
+                if (prev) o[e] += pv[e];
             }
             storev<T, V>(dx + base + (int64_t)i * V, o);
+            if (dcast) {
+#pragma unroll
+                for (int e = 0; e < V; e++) o[e] = to_f<T>(from_f<T>(o[e])); /* dx as stored */
+                storev<TY, V>(dcast + base + (int64_t)i * V, o);
+            }
         }
     }
     if (!partial) return;
@@ -361,45 +387,67 @@ int ln_vec_nv(int32_t dtype, int32_t ydtype, int64_t N, const void *const *rows,
         else { typedef T W; __VA_ARGS__; }                                                    \
     } while (0)
 
-} // namespace
+/* s = x + add per element in fp32, rounded to s's dtype (the per-element path of the fused
+ * add; the vector kernels do it while loading the row) */
+template <typename T, typename TB> __global__ void add_rows_kernel(T *s, const T *x, const TB *b, int64_t n) {
+    DLT_GRID_STRIDE(i, n) s[i] = from_f<T>(to_f<T>(x[i]) + to_f<TB>(b[i]));
+}
 
-extern "C" {
+template <typename T, typename TB> __global__ void cast_rows_kernel(TB *y, const T *x, int64_t n) {
+    DLT_GRID_STRIDE(i, n) y[i] = from_f<TB>(to_f<T>(x[i]));
+}
 
-dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd, const dlt_tensor *x,
-                            const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps) {
-    DLT_CHECK(same_dtype("dlt_layer_norm", DLT_F32, mean, rstd));
+/* layer norm of x, or of sum = x + add when add is given (add and y of one dtype) */
+dlt_status ln_fwd(dlt_ctx *ctx, const char *F, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd, const dlt_tensor *x,
+                  const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps, const dlt_tensor *add,
+                  dlt_tensor *sum) {
+    DLT_CHECK(same_dtype(F, DLT_F32, mean, rstd));
     cudaStream_t st = dlt__stream(ctx);
-    const void *rows[2] = {dlt__data(x), dlt__data(y)};
-    const int nv = ln_vec_nv(x->dtype, y->dtype, N, rows, 2, w, b);
+    if (add) {
+        DLT_CHECK(same_dtype(F, x->dtype, sum));
+        DLT_CHECK(same_dtype(F, y->dtype, add));
+    }
+    const void *rows[4] = {dlt__data(x), dlt__data(y), add ? dlt__data(add) : NULL, add ? dlt__data(sum) : NULL};
+    const int nv = ln_vec_nv(x->dtype, y->dtype, N, rows, 4, w, b);
     if (nv > 0) {
         const int32_t wt = w ? w->dtype : b ? b->dtype : x->dtype;
         LN_DISPATCH_XY(x->dtype, y->dtype, T, TY, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
             ln_fwd_vec_kernel<T, TY, W, NV><<<grid_for(M * 32, LN_VEC_THREADS), LN_VEC_THREADS, 0, st>>>(
                 (TY *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
                 w ? (const W *)dlt__data(w) : nullptr, b ? (const W *)dlt__data(b) : nullptr, M, (int)N,
-                (float)eps))));
-        DLT_CU_LAUNCHED(ctx, "dlt_layer_norm");
+                (float)eps, add ? (const TY *)dlt__data(add) : nullptr, add ? (T *)dlt__data(sum) : nullptr))));
+        DLT_CU_LAUNCHED(ctx, F);
         return DLT_OK;
+    }
+    if (add) {
+        LN_DISPATCH_ANY(x->dtype, add->dtype, T, TB,
+            add_rows_kernel<T, TB><<<grid_for(M * N, 256), 256, 0, st>>>((T *)dlt__data(sum), (const T *)dlt__data(x),
+                                                                      (const TB *)dlt__data(add), M * N));
+        DLT_CU_LAUNCHED(ctx, F);
+        x = sum;
     }
     LN_DISPATCH_ANY(x->dtype, y->dtype, T, TY,
         ln_fwd_kernel<T, TY><<<grid_for(M * 32, 256), 256, 0, st>>>(
             (TY *)dlt__data(y), (float *)dlt__data(mean), (float *)dlt__data(rstd), (const T *)dlt__data(x),
             w ? dlt__data(w) : nullptr, w ? w->dtype : 0, b ? dlt__data(b) : nullptr, b ? b->dtype : 0, M, N,
             (float)eps));
-    DLT_CU_LAUNCHED(ctx, "dlt_layer_norm");
+    DLT_CU_LAUNCHED(ctx, F);
     return DLT_OK;
 }
 
-dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
-                            const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean, const dlt_tensor *rstd,
-                            const dlt_tensor *w, int64_t M, int64_t N) {
+/* dx = prev + layer norm's dx (prev NULL: none; may be dx), dcast = dx in dy's dtype (or NULL) */
+dlt_status ln_bwd(dlt_ctx *ctx, const char *F, dlt_tensor *dx, const dlt_tensor *prev, dlt_tensor *dcast,
+                  dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *x,
+                  const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N) {
     cudaStream_t st = dlt__stream(ctx);
-    DLT_CHECK(same_dtype("dlt_layer_norm_backward", x->dtype, dx));
-    DLT_CHECK(same_dtype("dlt_layer_norm_backward", DLT_F32, mean, rstd));
-    const dim3 fin_block(32, 8);
-    const unsigned fin_grid = (unsigned)((N + 31) / 32);
-    const void *rows[3] = {dlt__data(x), dlt__data(dx), dlt__data(dy)};
-    const int nv = ln_vec_nv(x->dtype, dy->dtype, N, rows, 3, w, NULL);
+    DLT_CHECK(same_dtype(F, x->dtype, dx, prev));
+    DLT_CHECK(same_dtype(F, DLT_F32, mean, rstd));
+    if (dcast) DLT_CHECK(same_dtype(F, dy->dtype, dcast));
+    const dim3 fin_block(FIN_COLS, FIN_ROWS);
+    const unsigned fin_grid = (unsigned)((N + FIN_COLS - 1) / FIN_COLS);
+    const void *rows[5] = {dlt__data(x), dlt__data(dx), dlt__data(dy), prev ? dlt__data(prev) : NULL,
+                           dcast ? dlt__data(dcast) : NULL};
+    const int nv = ln_vec_nv(x->dtype, dy->dtype, N, rows, 5, w, NULL);
     if (nv > 0) {
         /* a fixed grid (not the SM count): the same chunks, so the same sums, on any GPU */
         const int64_t warps = LN_VEC_THREADS / 32;
@@ -415,22 +463,32 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_te
         const int32_t wt = w ? w->dtype : x->dtype;
         LN_DISPATCH_XY(x->dtype, dy->dtype, T, TY, LN_DISPATCH_W(wt, T, W, LN_NV(T, nv, NV,
             ln_bwd_vec_kernel<T, TY, W, NV><<<blocks, LN_VEC_THREADS, smem, st>>>(
-                (T *)dlt__data(dx), dx_acc ? 1 : 0, partial, (const TY *)dlt__data(dy), (const T *)dlt__data(x),
-                (const float *)dlt__data(mean), (const float *)dlt__data(rstd), w ? (const W *)dlt__data(w) : nullptr,
-                M, (int)N))));
-        DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
+                (T *)dlt__data(dx), prev ? (const T *)dlt__data(prev) : nullptr, dcast ? (TY *)dlt__data(dcast) : nullptr,
+                partial, (const TY *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
+                (const float *)dlt__data(rstd), w ? (const W *)dlt__data(w) : nullptr, M, (int)N))));
+        DLT_CU_LAUNCHED(ctx, F);
         if (!partial) return DLT_OK;
         ln_bwd_final_kernel<<<fin_grid, fin_block, 0, st>>>(dw ? dlt__data(dw) : nullptr, dw ? dw->dtype : 0,
                                                             db ? dlt__data(db) : nullptr, db ? db->dtype : 0, partial,
                                                             N, blocks, beta_acc);
-        DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
+        DLT_CU_LAUNCHED(ctx, F);
         return DLT_OK;
     }
+    if (prev && prev != dx)
+        DLT_CU(ctx, cudaMemcpyAsync(dlt__data(dx), dlt__data(prev), (size_t)dx->numel * dlt_dtype_size(dx->dtype),
+                                    cudaMemcpyDeviceToDevice, st),
+               F);
     LN_DISPATCH_ANY(x->dtype, dy->dtype, T, TY,
         ln_bwd_dx_kernel<T, TY><<<grid_for(M * 32, 256), 256, 0, st>>>(
-            (T *)dlt__data(dx), dx_acc ? 1 : 0, (const TY *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
+            (T *)dlt__data(dx), prev ? 1 : 0, (const TY *)dlt__data(dy), (const T *)dlt__data(x), (const float *)dlt__data(mean),
             (const float *)dlt__data(rstd), w ? dlt__data(w) : nullptr, w ? w->dtype : 0, M, N));
-    DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
+    DLT_CU_LAUNCHED(ctx, F);
+    if (dcast) {
+        LN_DISPATCH_ANY(x->dtype, dcast->dtype, T, TB,
+            cast_rows_kernel<T, TB><<<grid_for(M * N, 256), 256, 0, st>>>((TB *)dlt__data(dcast), (const T *)dlt__data(dx),
+                                                                       M * N));
+        DLT_CU_LAUNCHED(ctx, F);
+    }
     if (!dw && !db) return DLT_OK;
     const int chunks = (int)(M < LN_CHUNKS ? M : LN_CHUNKS);
     const int64_t rows_per_chunk = (M + chunks - 1) / chunks;
@@ -441,12 +499,41 @@ dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_te
         ln_bwd_partial_kernel<T, TY><<<grid, 128, 0, st>>>((float *)scratch, (const TY *)dlt__data(dy),
                                                        (const T *)dlt__data(x), (const float *)dlt__data(mean),
                                                        (const float *)dlt__data(rstd), M, N, rows_per_chunk, chunks));
-    DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
+    DLT_CU_LAUNCHED(ctx, F);
     ln_bwd_final_kernel<<<fin_grid, fin_block, 0, st>>>(dw ? dlt__data(dw) : nullptr, dw ? dw->dtype : 0,
                                                         db ? dlt__data(db) : nullptr, db ? db->dtype : 0,
                                                         (const float *)scratch, N, chunks, beta_acc);
-    DLT_CU_LAUNCHED(ctx, "dlt_layer_norm_backward");
+    DLT_CU_LAUNCHED(ctx, F);
     return DLT_OK;
+}
+
+} // namespace
+
+extern "C" {
+
+dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd, const dlt_tensor *x,
+                            const dlt_tensor *w, const dlt_tensor *b, int64_t M, int64_t N, double eps) {
+    return ln_fwd(ctx, "dlt_layer_norm", y, mean, rstd, x, w, b, M, N, eps, NULL, NULL);
+}
+
+dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
+                            const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean, const dlt_tensor *rstd,
+                            const dlt_tensor *w, int64_t M, int64_t N) {
+    return ln_bwd(ctx, "dlt_layer_norm_backward", dx, dx_acc ? dx : NULL, NULL, dw, db, beta_acc, dy, x, mean, rstd, w,
+                  M, N);
+}
+
+dlt_status dlt__cuda_add_ln_fwd(dlt_ctx *ctx, dlt_tensor *sum, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd,
+                                const dlt_tensor *x, const dlt_tensor *add, const dlt_tensor *w, const dlt_tensor *b,
+                                int64_t M, int64_t N, double eps) {
+    return ln_fwd(ctx, "dlt_add_layer_norm", y, mean, rstd, x, w, b, M, N, eps, add, sum);
+}
+
+dlt_status dlt__cuda_add_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *prev, dlt_tensor *dcast, dlt_tensor *dw,
+                                dlt_tensor *db, int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *sum,
+                                const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w, int64_t M,
+                                int64_t N) {
+    return ln_bwd(ctx, "dlt_add_layer_norm_backward", dx, prev, dcast, dw, db, beta_acc, dy, sum, mean, rstd, w, M, N);
 }
 
 } // extern "C"

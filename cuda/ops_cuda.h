@@ -138,6 +138,13 @@ dlt_status dlt__cuda_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_t
 dlt_status dlt__cuda_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
                             const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean,
                             const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N);
+dlt_status dlt__cuda_add_ln_fwd(dlt_ctx *ctx, dlt_tensor *sum, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd,
+                                const dlt_tensor *x, const dlt_tensor *add, const dlt_tensor *w, const dlt_tensor *b,
+                                int64_t M, int64_t N, double eps);
+dlt_status dlt__cuda_add_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *prev, dlt_tensor *dcast, dlt_tensor *dw,
+                                dlt_tensor *db, int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *sum,
+                                const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w, int64_t M,
+                                int64_t N);
 dlt_status dlt__cuda_dropout(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,
                              uint64_t offset);
 dlt_status dlt__cuda_rng_advance(dlt_ctx *ctx, uint64_t delta);
@@ -158,7 +165,7 @@ dlt_status dlt__cuda_sdpa_qkv_bwd(dlt_ctx *ctx, dlt_tensor *dqkv, const dlt_tens
     .binary = dlt__cuda_binary, .copy_nd = dlt__cuda_copy_nd, .unary = dlt__cuda_unary,       \
     .unary_bwd = dlt__cuda_unary_bwd, .reduce = dlt__cuda_reduce, .gemm = dlt__cuda_gemm,     \
     .softmax_fwd = dlt__cuda_softmax_fwd, .softmax_bwd = dlt__cuda_softmax_bwd,               \
-    .ln_fwd = dlt__cuda_ln_fwd, .ln_bwd = dlt__cuda_ln_bwd, .dropout = dlt__cuda_dropout,     \
+    .ln_fwd = dlt__cuda_ln_fwd, .ln_bwd = dlt__cuda_ln_bwd, .add_ln_fwd = dlt__cuda_add_ln_fwd, .add_ln_bwd = dlt__cuda_add_ln_bwd, .dropout = dlt__cuda_dropout,     \
     .embedding_fwd = dlt__cuda_embedding_fwd, .embedding_bwd = dlt__cuda_embedding_bwd,       \
     .sdpa_fwd = dlt__cuda_sdpa_fwd, .sdpa_bwd = dlt__cuda_sdpa_bwd,                           \
     .sdpa_qkv_fwd = dlt__cuda_sdpa_qkv_fwd, .sdpa_qkv_bwd = dlt__cuda_sdpa_qkv_bwd,           \

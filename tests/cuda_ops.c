@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "add_layer_norm_check.h"
 #include "layer_norm_to_check.h"
 #include "splitmix.h"
 
@@ -654,6 +655,16 @@ static void test_layer_norm_to_matches_cast(void) {
     layer_norm_to_check(g_dev, DLT_F16, 1);
 }
 
+/* The residual add and the LayerNorm as one op on the device (the register kernels at width
+ * 40, the per-element path at 30): the two ops' numbers bit for bit */
+static void test_add_layer_norm_matches_ops(void) {
+    if (!g_dev) SKIP("%s", g_no_dev);
+    const int32_t dts[3] = {DLT_F32, DLT_BF16, DLT_F16};
+    const int64_t widths[2] = {40, 30};
+    for (int d = 0; d < 3; d++)
+        for (int w = 0; w < 2; w++)
+            for (int through = 1; through <= 3; through++) add_layer_norm_check(g_dev, dts[d], widths[w], through);
+}
 
 int main(void) {
     g_cpu = th_cpu_ctx();
@@ -666,6 +677,7 @@ int main(void) {
     RUN(test_count_correct);
     RUN(test_dropout_graph_replays_match_eager);
     RUN(test_layer_norm_to_matches_cast);
+    RUN(test_add_layer_norm_matches_ops);
     dlt_ctx_destroy(g_dev);
     dlt_ctx_destroy(g_cpu);
     return th_done();

@@ -19,6 +19,8 @@
  *   - the fused MLP nodes (lib/ops/linear_gelu.c) through a backend table that fakes the fused
  *     GEMMs: the modules' loss and gradients bit for bit, with the fused GELU data gradient
  *     served, refused and absent;
+ *   - the residual adds with the LayerNorm after them as one op: the two ops' loss and
+ *     gradients bit for bit (a backend table without the fused entries), f32 and bf16;
  *   - the loss alone (no logits asked for): the gradient written in the forward gives the
  *     plain path's loss and gradients (bit for bit when dloss is a power of two).
  */
@@ -544,6 +546,78 @@ static void test_fused_mlp_node_matches_modules(void) {
     }
 }
 
+/* The residual adds with the LayerNorm after them as one op (dlt_add_layer_norm): every add
+ * but the first block's ln_1 input (2 per block: ln_2's inside, the next ln_1 or ln_f across).
+ * A backend table without the fused entries runs dlt_add and the LayerNorm instead: the loss
+ * and every gradient must be the same bit for bit, in f32 and under bf16 autocast, after two
+ * backwards (the second accumulates). */
+static void test_fused_add_layer_norm_matches_ops(void) {
+    dlt_gpt_config c = tiny_config(1);
+    for (int ac = 0; ac < 2; ac++) {
+        dlt_ctx *ctx[2] = {NULL, NULL};
+        static dlt_backend plain[2];
+        dlt_module *m[2] = {NULL, NULL};
+        double loss[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            REQUIRE(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx[k]) == DLT_OK);
+            if (k == 1) {
+                plain[ac] = *ctx[k]->be;
+                plain[ac].add_ln_fwd = NULL;
+                plain[ac].add_ln_bwd = NULL;
+                ctx[k]->be = &plain[ac];
+            }
+            CHECK_OK(dlt_ctx_set_seed(ctx[k], 11));
+            CHECK_OK(dlt_gpt_create(ctx[k], &c, &m[k]));
+            const int64_t s[2] = {4, 8};
+            int64_t tok[32];
+            for (int i = 0; i < 32; i++) tok[i] = (i * 3 + 2) % c.vocab_size;
+            dlt_tensor *idx = NULL;
+            CHECK_OK(dlt_tensor_from_host(ctx[k], DLT_I64, s, 2, 0, tok, sizeof tok, &idx));
+            for (int rep = 0; rep < 2; rep++) {
+                dlt_tensor *l = NULL;
+                if (ac) CHECK_OK(dlt_autocast_begin(ctx[k], DLT_BF16));
+                CHECK_OK(dlt_gpt_forward(m[k], idx, idx, NULL, &l));
+                if (ac) CHECK_OK(dlt_autocast_end(ctx[k]));
+                int fused = 0, adds = 0;
+                for (int64_t i = 0; i < ctx[k]->tape.n; i++) {
+                    const dlt_node *nd = ctx[k]->tape.slots[i];
+                    if (!nd) continue;
+                    fused += !strcmp(nd->name, "add_layer_norm");
+                    adds += !strcmp(nd->name, "add");
+                }
+                const int want = k ? 0 : 2 * c.n_layer;
+                CHECK(fused == want, "%s, %s: %d add_layer_norm nodes for %d blocks (want %d), %d adds",
+                      ac ? "bf16" : "f32", k ? "no fused entries" : "fused", fused, c.n_layer, want, adds);
+                CHECK_OK(dlt_backward(l, NULL));
+                CHECK_OK(dlt_tensor_item(l, &loss[k]));
+                dlt_tensor_release(l);
+            }
+            dlt_tensor_release(idx);
+        }
+        CHECK(loss[0] == loss[1], "%s loss: fused %.9g, ops %.9g", ac ? "bf16" : "f32", loss[0], loss[1]);
+        float *g[2][64] = {{NULL}};
+        const int32_t ns = th_read_grads(m[0], g[0], 64);
+        REQUIRE(th_read_grads(m[1], g[1], 64) == ns && ns > 0, "state counts differ");
+        int differ = 0, compared = 0;
+        for (int32_t i = 0; i < ns; i++) {
+            if (!g[0][i]) continue;
+            const char *name;
+            dlt_tensor *t = NULL;
+            CHECK_OK(dlt_module_state_entry(m[0], i, &name, &t, NULL));
+            REQUIRE(g[1][i], "%s: no gradient without the fused entries", name);
+            const int same = memcmp(g[0][i], g[1][i], (size_t)dlt_tensor_numel(t) * sizeof(float)) == 0;
+            CHECK(same, "%s (%s): gradient differs between the fused op and the two ops", name, ac ? "bf16" : "f32");
+            differ += !same, compared++;
+        }
+        CHECK(compared > 10 && differ == 0, "%d of %d gradients differ", differ, compared);
+        for (int k = 0; k < 2; k++) {
+            for (int32_t i = 0; i < ns; i++) free(g[k][i]);
+            dlt_module_destroy(m[k]);
+            dlt_ctx_destroy(ctx[k]);
+        }
+    }
+}
+
 /* dlt_gpt_forward without logits: the loss takes the logits' memory for their gradient in
  * the forward (lib/ops/cross_entropy.c, "consume"), and the backward only scales it. Against
  * the same model asked for its logits too (the plain forward and backward): the loss and
@@ -672,6 +746,7 @@ int main(void) {
     RUN(test_generate);
     RUN(test_tied_weight_grad_under_autocast);
     RUN(test_fused_mlp_node_matches_modules);
+    RUN(test_fused_add_layer_norm_matches_ops);
     RUN(test_loss_alone_takes_the_gradient_path);
     RUN(test_errors);
     dlt_ctx_destroy(g_ctx);

@@ -8,6 +8,7 @@
  * cross-entropy in f16/bf16 against f32, relu, add, mul_scalar, sum, mean, reshape, flatten,
  * cast, count_correct, empty batches, context mismatches; error statuses for each op.
  */
+#include "add_layer_norm_check.h"
 #include "layer_norm_to_check.h"
 #include "ops_common.h"
 
@@ -597,6 +598,18 @@ static void test_layer_norm_to(void) {
     dlt_ctx_destroy(ctx);
 }
 
+/* The residual add and the LayerNorm after it as one op: the two ops' numbers, bit for bit */
+static void test_add_layer_norm(void) {
+    dlt_ctx *ctx = NULL;
+    CHECK_OK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
+    const int32_t dts[3] = {DLT_F32, DLT_BF16, DLT_F16};
+    const int64_t widths[2] = {40, 30};
+    for (int d = 0; d < 3; d++)
+        for (int w = 0; w < 2; w++)
+            for (int through = 1; through <= 3; through++) add_layer_norm_check(ctx, dts[d], widths[w], through);
+    dlt_ctx_destroy(ctx);
+}
+
 static void test_context_mismatch(void) {
     dlt_ctx *other = th_cpu_ctx();
     int64_t xs[4] = {1, 2, 3, 3}, ws[4] = {2, 2, 1, 1}, ls[2] = {2, 2}, n2 = 2;
@@ -626,6 +639,7 @@ int main(void) {
     RUN(test_empty_batch);
     RUN(test_count_correct);
     RUN(test_layer_norm_to);
+    RUN(test_add_layer_norm);
     RUN(test_context_mismatch);
     int64_t live = -1;
     if (dlt_tape_live_nodes(g_ctx, &live) == DLT_OK && live != 0)

@@ -213,6 +213,18 @@ DLT_API DLT_NODISCARD dlt_status dlt_layer_norm(dlt_tensor *x, const int64_t *no
 DLT_API DLT_NODISCARD dlt_status dlt_layer_norm_to(dlt_tensor *x, const int64_t *normalized_shape, int32_t n,
                                                    dlt_tensor *weight, dlt_tensor *bias, double eps, int32_t dtype,
                                                    dlt_tensor **out);
+/** A pre-LN Transformer block's residual add and the LayerNorm after it: *sum = dlt_add(x, b)
+ *  and *out = dlt_layer_norm_to(*sum, normalized_shape, n, weight, bias, eps, dtype), the same
+ *  values and gradients bit for bit, in fewer passes where the call fits one op: x f32, b of
+ *  x's shape in dtype (a Linear's output under autocast), both contiguous, n = 1, weight and
+ *  bias f32 or NULL. The forward then reads x and b once and writes both outputs; the
+ *  backward writes x's gradient and b's (in b's dtype) in one pass. Other calls run the two
+ *  ops. Both outputs are new references; either may be used on its own (*sum is the residual
+ *  stream, *out feeds the next Linear).
+ *  @return as dlt_add and dlt_layer_norm_to; DLT_ERR_NULL_POINTER for a NULL output. */
+DLT_API DLT_NODISCARD dlt_status dlt_add_layer_norm(dlt_tensor *x, dlt_tensor *b, const int64_t *normalized_shape,
+                                                    int32_t n, dlt_tensor *weight, dlt_tensor *bias, double eps,
+                                                    int32_t dtype, dlt_tensor **sum, dlt_tensor **out);
 
 /** dropout: in training (training != 0 and p > 0) each element is zeroed with probability p
  *  and the rest scaled by 1/(1-p), from the context's counter-based generator (the same mask

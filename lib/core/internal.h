@@ -322,6 +322,18 @@ struct dlt_backend {
                          int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *x,
                          const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w,
                          int64_t M, int64_t N);
+    /* a pre-LN block's residual add and the LayerNorm after it (dlt__add_layer_norm_to):
+     * sum = x + add (per element in fp32, rounded to sum's dtype, x's), then ln_fwd of sum
+     * (add and y of one dtype). Backward: dx = prev + ln_bwd's dx (prev NULL: nothing; may be
+     * dx itself), dcast (or NULL) = dx rounded to dy's dtype (the add's gradient for its
+     * 16-bit operand), dw/db as ln_bwd. */
+    dlt_status (*add_ln_fwd)(dlt_ctx *ctx, dlt_tensor *sum, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd,
+                             const dlt_tensor *x, const dlt_tensor *add, const dlt_tensor *w,
+                             const dlt_tensor *b, int64_t M, int64_t N, double eps);
+    dlt_status (*add_ln_bwd)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *prev, dlt_tensor *dcast,
+                             dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc, const dlt_tensor *dy,
+                             const dlt_tensor *sum, const dlt_tensor *mean, const dlt_tensor *rstd,
+                             const dlt_tensor *w, int64_t M, int64_t N);
     /* y = x * keep / (1-p), keep(i) = dlt__philox_uniform(seed, offset + *rng_base, i) >= p;
      * the backward is the same call on dy (the mask is drawn again, never stored) */
     dlt_status (*dropout)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,
@@ -466,6 +478,14 @@ dlt_status dlt__linear_gelu(dlt_tensor *x, dlt_tensor *w, dlt_tensor *bias, dlt_
  * and recomputes g for dw. Calls that do not fit (g not h's by-product in autocast's dtype)
  * run dlt_gelu and dlt__linear_recompute instead. (lib/ops/linear_gelu.c) */
 dlt_status dlt__gelu_linear(dlt_tensor *h, dlt_tensor *g, dlt_tensor *w, dlt_tensor *bias, dlt_tensor **out);
+/* A pre-LN block's residual add and the LayerNorm after it: *sum = x + b (f32) and *y =
+ * layer_norm(*sum) over the last dimension (weight, bias f32 [N] or NULL) in dtype, recorded
+ * as one op with both outputs; bit for bit dlt_add then dlt_layer_norm_to, in fewer passes.
+ * *sum = *y = NULL and DLT_OK when the backend or the call does not fit (x not f32, b not of
+ * x's shape in dtype, not contiguous): the caller then runs the two ops.
+ * (lib/ops/add_layer_norm.c) */
+dlt_status dlt__add_layer_norm_to(dlt_tensor *x, dlt_tensor *b, dlt_tensor *weight, dlt_tensor *bias, double eps,
+                                  int32_t dtype, dlt_tensor **sum, dlt_tensor **y);
 /* The linear backward with its input x given (lib/ops/linear.c; saved[1] = w, bias when
  * n_in > 2); gin[0] is left alone when dx is not wanted from it (want_dx = 0). */
 dlt_status dlt__linear_backward_x(dlt_node *n, dlt_tensor *x, int want_dx, dlt_tensor *const *gout,

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_cpu.h"
 #include "parallel.h"
@@ -89,4 +90,28 @@ dlt_status dlt__cpu_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_ten
         }
     }
     return DLT_OK;
+}
+
+/* sum = x + add as the CPU's add computes it (double, rounded once to sum's dtype), then the
+ * layer norm of sum */
+dlt_status dlt__cpu_add_ln_fwd(dlt_ctx *ctx, dlt_tensor *sum, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd,
+                               const dlt_tensor *x, const dlt_tensor *add, const dlt_tensor *w, const dlt_tensor *b,
+                               int64_t M, int64_t N, double eps) {
+    const void *px = dlt__data(x), *pa = dlt__data(add);
+    void *ps = dlt__data(sum);
+    const int32_t tx = x->dtype, ta = add->dtype, ts = sum->dtype;
+    DLT_PARALLEL_FOR(i, M * N, 4096) {
+        dlt__st(ps, ts, i, (float)((double)dlt__ld(px, tx, i) + (double)dlt__ld(pa, ta, i)));
+    }
+    return dlt__cpu_ln_fwd(ctx, y, mean, rstd, sum, w, b, M, N, eps);
+}
+
+/* dx = prev (copied, unless it is dx) + the layer norm's dx, then dcast = dx converted */
+dlt_status dlt__cpu_add_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *prev, dlt_tensor *dcast, dlt_tensor *dw,
+                               dlt_tensor *db, int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *sum,
+                               const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w, int64_t M,
+                               int64_t N) {
+    if (prev && prev != dx) memcpy(dlt__data(dx), dlt__data(prev), (size_t)dx->numel * dlt_dtype_size(dx->dtype));
+    DLT_CHECK(dlt__cpu_ln_bwd(ctx, dx, prev != NULL, dw, db, beta_acc, dy, sum, mean, rstd, w, M, N));
+    return dcast ? dlt__cpu_convert(ctx, dcast, dx) : DLT_OK;
 }

@@ -129,6 +129,13 @@ dlt_status dlt__cpu_ln_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *mean, dlt_te
 dlt_status dlt__cpu_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, int32_t dx_acc, dlt_tensor *dw, dlt_tensor *db, int32_t beta_acc,
                            const dlt_tensor *dy, const dlt_tensor *x, const dlt_tensor *mean,
                            const dlt_tensor *rstd, const dlt_tensor *w, int64_t M, int64_t N);
+dlt_status dlt__cpu_add_ln_fwd(dlt_ctx *ctx, dlt_tensor *sum, dlt_tensor *y, dlt_tensor *mean, dlt_tensor *rstd,
+                               const dlt_tensor *x, const dlt_tensor *add, const dlt_tensor *w, const dlt_tensor *b,
+                               int64_t M, int64_t N, double eps);
+dlt_status dlt__cpu_add_ln_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *prev, dlt_tensor *dcast, dlt_tensor *dw,
+                               dlt_tensor *db, int32_t beta_acc, const dlt_tensor *dy, const dlt_tensor *sum,
+                               const dlt_tensor *mean, const dlt_tensor *rstd, const dlt_tensor *w, int64_t M,
+                               int64_t N);
 dlt_status dlt__cpu_dropout(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, double p, uint64_t seed,
                             uint64_t offset);
 dlt_status dlt__cpu_rng_advance(dlt_ctx *ctx, uint64_t delta);
@@ -144,7 +151,7 @@ dlt_status dlt__cpu_sdpa_bwd(dlt_ctx *ctx, dlt_tensor *dq, dlt_tensor *dk, dlt_t
     .binary = dlt__cpu_binary, .copy_nd = dlt__cpu_copy_nd, .unary = dlt__cpu_unary,          \
     .unary_bwd = dlt__cpu_unary_bwd, .reduce = dlt__cpu_reduce, .gemm = dlt__cpu_gemm,        \
     .softmax_fwd = dlt__cpu_softmax_fwd, .softmax_bwd = dlt__cpu_softmax_bwd,                 \
-    .ln_fwd = dlt__cpu_ln_fwd, .ln_bwd = dlt__cpu_ln_bwd, .dropout = dlt__cpu_dropout,        \
+    .ln_fwd = dlt__cpu_ln_fwd, .ln_bwd = dlt__cpu_ln_bwd, .add_ln_fwd = dlt__cpu_add_ln_fwd, .add_ln_bwd = dlt__cpu_add_ln_bwd, .dropout = dlt__cpu_dropout,        \
     .rng_advance = dlt__cpu_rng_advance, .embedding_fwd = dlt__cpu_embedding_fwd,             \
     .embedding_bwd = dlt__cpu_embedding_bwd, .sdpa_fwd = dlt__cpu_sdpa_fwd,                   \
     .sdpa_bwd = dlt__cpu_sdpa_bwd,

@@ -179,32 +179,64 @@ static dlt_status ln_into_linear(dlt_module *ln, dlt_tensor *x, dlt_tensor **out
     return dlt__module_forward(ln, x, out);
 }
 
+/* x + b, then a LayerNorm that only feeds a Linear, as one op where it fits
+ * (dlt__layernorm_add_forward_to: the add's output is read once, and the backward writes the
+ * residual gradient and its copy in b's dtype in one pass), else dlt_add and ln_into_linear:
+ * the same numbers either way. *sum = x + b, *h = the LayerNorm's output. */
+static dlt_status add_ln_into_linear(dlt_module *ln, dlt_tensor *x, dlt_tensor *b, dlt_tensor **sum, dlt_tensor **h) {
+    const int32_t ac = dlt_autocast_dtype(x->ctx);
+    dlt_status st = dlt__layernorm_add_forward_to(ln, x, b, ac == DLT_F16 || ac == DLT_BF16 ? ac : DLT_F32, sum, h);
+    if (st != DLT_OK || *sum) return st;
+    st = dlt_add(x, b, sum);
+    if (st == DLT_OK) st = ln_into_linear(ln, *sum, h);
+    if (st != DLT_OK) {
+        dlt_tensor_release(*sum);
+        *sum = NULL;
+    }
+    return st;
+}
+
 typedef struct block_attrs {
     dlt_module *ln_1, *attn, *ln_2, *mlp;
 } block_attrs;
 
-/* x + attn(ln_1(x)), then + mlp(ln_2(.)). kc/vc: a layer's key/value cache (generation,
+/* x + attn(ln_1(x)), then + mlp(ln_2(.)). pend (or NULL): the previous block's MLP output,
+ * not yet added to x: ln_1 then runs on x + pend, the add and the LayerNorm as one op. With
+ * pend_out, the block leaves its own last add to the caller the same way: *out = the residual
+ * before it, *pend_out = the MLP's output. kc/vc: a layer's key/value cache (generation,
  * attn_cached) or NULL (the attention module). */
-static dlt_status block_run(dlt_module *m, dlt_tensor *x, dlt_tensor **kc, dlt_tensor **vc, dlt_tensor **out) {
+static dlt_status block_run(dlt_module *m, dlt_tensor *x, dlt_tensor *pend, dlt_tensor **kc, dlt_tensor **vc,
+                            dlt_tensor **out, dlt_tensor **pend_out) {
     const block_attrs *a = DLT__IMPL(m, block_attrs);
-    dlt_tensor *h = NULL, *b = NULL, *x1 = NULL;
-    dlt_status st = ln_into_linear(a->ln_1, x, &h);
+    dlt_tensor *h = NULL, *b = NULL, *x0 = NULL, *x1 = NULL;
+    dlt_status st;
+    if (pend) {
+        st = add_ln_into_linear(a->ln_1, x, pend, &x0, &h);
+    } else {
+        x0 = dlt_tensor_retain(x);
+        st = ln_into_linear(a->ln_1, x, &h);
+    }
     if (st == DLT_OK) st = kc ? attn_cached(a->attn, h, kc, vc, &b) : dlt__module_forward(a->attn, h, &b);
-    if (st == DLT_OK) st = dlt_add(x, b, &x1);
     REL(h);
+    if (st == DLT_OK) st = add_ln_into_linear(a->ln_2, x0, b, &x1, &h);
     REL(b);
-    if (st == DLT_OK) st = ln_into_linear(a->ln_2, x1, &h);
     if (st == DLT_OK) st = dlt__module_forward(a->mlp, h, &b);
-    if (st == DLT_OK) st = dlt_add(x1, b, out);
+    if (st == DLT_OK && pend_out) {
+        *out = x1, x1 = NULL;
+        *pend_out = b, b = NULL;
+    } else if (st == DLT_OK) {
+        st = dlt_add(x1, b, out);
+    }
     dlt_tensor_release(h);
     dlt_tensor_release(b);
+    dlt_tensor_release(x0);
     dlt_tensor_release(x1);
     return st;
 }
 
 static dlt_status block_forward(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dlt_tensor **out, int32_t n_out) {
     (void)n_in, (void)n_out;
-    return block_run(m, in[0], NULL, NULL, out);
+    return block_run(m, in[0], NULL, NULL, NULL, out, NULL);
 }
 
 static const dlt__module_kind block_kind = {.name = "gpt_block", .impl_size = sizeof(block_attrs), .n_inputs = 1,
@@ -229,6 +261,35 @@ static dlt_status embed(const gpt_attrs *a, dlt_tensor *idx, int64_t pos0, dlt_t
     if (st == DLT_OK) st = dlt_add(tok, pe, &t);
     if (st == DLT_OK) st = dlt__module_forward(a->drop, t, out);
     dlt_tensor_release(pos), dlt_tensor_release(tok), dlt_tensor_release(pe), dlt_tensor_release(t);
+    return st;
+}
+
+/* The blocks over *x (replaced by the residual stream at the end): each block's last residual
+ * add runs with the next LayerNorm (the next block's ln_1), and the last one is left to the
+ * caller (*pend, for ln_f), see block_run. A child that is not a GPT block (not built by
+ * dlt_gpt_create) gets the stream with every add done. */
+static dlt_status run_blocks(const gpt_attrs *a, dlt_tensor **x, dlt_tensor **pend) {
+    dlt_status st = DLT_OK;
+    *pend = NULL;
+    for (int32_t i = 0; st == DLT_OK && i < a->h->n_children; i++) {
+        dlt_module *c = a->h->children[i];
+        dlt_tensor *nx = NULL, *np = NULL;
+        if (c->kind == &block_kind) {
+            st = block_run(c, *x, *pend, NULL, NULL, &nx, &np);
+        } else {
+            dlt_tensor *s = NULL;
+            st = *pend ? dlt_add(*x, *pend, &s) : DLT_OK;
+            if (st == DLT_OK) st = dlt__module_forward(c, s ? s : *x, &nx);
+            dlt_tensor_release(s);
+        }
+        dlt_tensor_release(*pend);
+        *pend = np;
+        if (st == DLT_OK) {
+            dlt_tensor_release(*x);
+            *x = nx;
+        }
+    }
+    if (st != DLT_OK) REL(*pend);
     return st;
 }
 
@@ -257,10 +318,17 @@ static dlt_status gpt_run(dlt_module *m, dlt_tensor *const *in, int32_t n_in, dl
     dlt_tensor *x = NULL, *t = NULL, *logits = NULL;
     dlt_status st;
     DLT_CHECK_GOTO(st, embed(a, idx, 0, &x), done);
-    DLT_CHECK_GOTO(st, dlt__module_forward(a->h, x, &t), done);
-    REL(x);
-    DLT_CHECK_GOTO(st, ln_into_linear(a->ln_f, t, &x), done);
-    REL(t);
+    DLT_CHECK_GOTO(st, run_blocks(a, &x, &t), done);
+    {
+        /* ln_f, with the last block's residual add (t) when it was left pending */
+        dlt_tensor *s = NULL, *hf = NULL;
+        st = t ? add_ln_into_linear(a->ln_f, x, t, &s, &hf) : ln_into_linear(a->ln_f, x, &hf);
+        dlt_tensor_release(s);
+        REL(x);
+        REL(t);
+        x = hf;
+        if (st != DLT_OK) goto done;
+    }
     DLT_CHECK_GOTO(st, dlt__module_forward(a->lm_head, x, &logits), done);
     if (targets) {
         dlt_tensor *loss = NULL;
@@ -311,7 +379,7 @@ dlt_status dlt__gpt_forward_cached(dlt_module *gpt, dlt_tensor *idx, int64_t pos
     dlt_status st = embed(a, idx, pos0, &x);
     for (int32_t i = 0; st == DLT_OK && i < a->h->n_children; i++) {
         dlt_tensor *nx = NULL;
-        st = block_run(a->h->children[i], x, &cache[2 * i], &cache[2 * i + 1], &nx);
+        st = block_run(a->h->children[i], x, NULL, &cache[2 * i], &cache[2 * i + 1], &nx, NULL);
         dlt_tensor_release(x);
         x = nx;
     }

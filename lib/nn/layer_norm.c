@@ -44,6 +44,16 @@ dlt_status dlt__layernorm_forward_to(dlt_module *m, dlt_tensor *x, int32_t dtype
     return dlt_layer_norm_to(x, &a->dim, 1, w, b, a->eps, dtype, out);
 }
 
+dlt_status dlt__layernorm_add_forward_to(dlt_module *m, dlt_tensor *x, dlt_tensor *b, int32_t dtype, dlt_tensor **sum,
+                                        dlt_tensor **out) {
+    *sum = *out = NULL;
+    if (m->kind != &layernorm_kind) return DLT_OK;
+    const layernorm_attrs *a = DLT__IMPL(m, layernorm_attrs);
+    dlt_tensor *w = a->weight ? m->state[0].t : NULL, *bias = a->bias ? m->state[a->weight].t : NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != a->dim) return DLT_OK;
+    return dlt__add_layer_norm_to(x, b, w, bias, a->eps, dtype, sum, out);
+}
+
 dlt_status dlt__layernorm_new(dlt_ctx *ctx, int64_t dim, double eps, int32_t affine, int32_t bias, const char *func,
                               dlt_module **out) {
     if (dim < 1) return dlt__err(DLT_ERR_INVALID_ARGUMENT, func, "normalized size %lld must be >= 1", (long long)dim);

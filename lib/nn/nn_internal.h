@@ -193,6 +193,11 @@ dlt_status dlt__layernorm_new(dlt_ctx *ctx, int64_t dim, double eps, int32_t aff
 /* The LayerNorm module m run as dlt_layer_norm_to (output in dtype); another kind of module
  * runs its own forward. */
 dlt_status dlt__layernorm_forward_to(dlt_module *m, dlt_tensor *x, int32_t dtype, dlt_tensor **out);
+/* sum = x + b and the LayerNorm module m of sum in dtype, one op (dlt__add_layer_norm_to);
+ * *sum = *out = NULL and DLT_OK when m is not a LayerNorm over x's last dimension or the op
+ * declines: the caller runs dlt_add and the module. */
+dlt_status dlt__layernorm_add_forward_to(dlt_module *m, dlt_tensor *x, dlt_tensor *b, int32_t dtype, dlt_tensor **sum,
+                                        dlt_tensor **out);
 dlt_status dlt__dropout_new(dlt_ctx *ctx, double p, const char *func, dlt_module **out);
 /* Whether m is a GPT (gpt.c). */
 int dlt__is_gpt(const dlt_module *m);

@@ -25,6 +25,62 @@ typedef struct ln_attr {
     int32_t has_w, has_b;
 } ln_attr;
 
+/* dweight and dbias of a LayerNorm backward come from one kernel with one beta: straight into
+ * the leaf buffers when both (or the one needed) accept it (*direct), else into fresh tensors.
+ * gw/gb: the weight's and bias's slots (NULL where the op has none). */
+dlt_status dlt__ln_param_grads(dlt_grad_slot *gw, dlt_grad_slot *gb, dlt_tensor *w, dlt_tensor *b, const char *F,
+                               dlt__ln_pgrads *pg) {
+    const int need_w = gw && w && gw->needed, need_b = gb && b && gb->needed;
+    *pg = (dlt__ln_pgrads){.direct = need_w || need_b, .beta = -1};
+    if (need_w) {
+        if (dlt__slot_direct(gw, w)) pg->beta = gw->beta;
+        else pg->direct = 0;
+    }
+    if (need_b) {
+        if (dlt__slot_direct(gb, b) && (pg->beta < 0 || pg->beta == gb->beta)) pg->beta = gb->beta;
+        else pg->direct = 0;
+    }
+    if (!pg->direct) pg->beta = 0;
+    dlt_status st = DLT_OK;
+    if (need_w) {
+        if (pg->direct) pg->dw = gw->dst;
+        else st = dlt__tensor_new_like(w, w->dtype, F, &pg->dw);
+    }
+    if (st == DLT_OK && need_b) {
+        if (pg->direct) pg->db = gb->dst;
+        else st = dlt__tensor_new_like(b, b->dtype, F, &pg->db);
+    }
+    if (st != DLT_OK) dlt__ln_param_grads_drop(pg);
+    return st;
+}
+
+/* hands dweight/dbias to their slots after the kernel ran */
+dlt_status dlt__ln_param_grads_store(dlt_ctx *ctx, dlt_grad_slot *gw, dlt_grad_slot *gb, dlt__ln_pgrads *pg) {
+    if (pg->direct) {
+        if (pg->dw) gw->written = 1;
+        if (pg->db) gb->written = 1;
+        *pg = (dlt__ln_pgrads){0};
+        return DLT_OK;
+    }
+    dlt_status st = DLT_OK;
+    if (pg->dw) st = dlt__grad_slot_store(ctx, gw, pg->dw);
+    pg->dw = NULL;
+    if (pg->db) {
+        if (st == DLT_OK) st = dlt__grad_slot_store(ctx, gb, pg->db);
+        else dlt_tensor_release(pg->db);
+    }
+    pg->db = NULL;
+    return st;
+}
+
+void dlt__ln_param_grads_drop(dlt__ln_pgrads *pg) {
+    if (!pg->direct) {
+        dlt_tensor_release(pg->dw);
+        dlt_tensor_release(pg->db);
+    }
+    *pg = (dlt__ln_pgrads){0};
+}
+
 static dlt_status ln_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_slot *gin) {
     static const char *F = "dlt_backward(layer_norm)";
     dlt_ctx *ctx = nd->ctx;
@@ -32,43 +88,22 @@ static dlt_status ln_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_sl
     dlt_tensor *x = nd->saved[0], *mean = nd->saved[1], *rstd = nd->saved[2];
     dlt_tensor *w = at->has_w ? nd->saved[3] : NULL;
     dlt_tensor *b = at->has_b ? nd->saved[3 + at->has_w] : NULL;
-    dlt_tensor *u = gout[0], *dx = NULL, *dw = NULL, *db = NULL;
-    const int need_w = at->has_w && gin[1].needed, need_b = at->has_b && gin[2].needed;
-    /* dweight and dbias come from one kernel with one beta: they go straight into the leaf
-     * buffers when both (or the one needed) accept it, else into fresh tensors */
-    int direct = need_w || need_b;
-    int32_t beta = -1;
-    if (need_w) {
-        if (dlt__slot_direct(&gin[1], w)) beta = gin[1].beta;
-        else direct = 0;
-    }
-    if (need_b) {
-        if (dlt__slot_direct(&gin[2], b) && (beta < 0 || beta == gin[2].beta)) beta = gin[2].beta;
-        else direct = 0;
-    }
-    if (!direct) beta = 0;
+    dlt_tensor *u = gout[0], *dx = NULL;
+    dlt__ln_pgrads pg;
+    DLT_CHECK(dlt__ln_param_grads(&gin[1], &gin[2], w, b, F, &pg));
     dlt_status st = DLT_OK;
-    int dx_direct = 0; /* dx is gin[0].dst, borrowed */
-    if (need_w) {
-        if (direct) dw = gin[1].dst;
-        else DLT_CHECK_GOTO(st, dlt__tensor_new_like(w, w->dtype, F, &dw), fail);
-    }
-    if (need_b) {
-        if (direct) db = gin[2].dst;
-        else DLT_CHECK_GOTO(st, dlt__tensor_new_like(b, b->dtype, F, &db), fail);
-    }
     /* dx added straight into the gradient x has so far where the tape offers it (the
      * residual stream's, in a pre-LN Transformer block): no separate add kernel */
-    dx_direct = dlt__slot_direct(&gin[0], x);
+    const int dx_direct = dlt__slot_direct(&gin[0], x); /* dx is gin[0].dst, borrowed */
     if (dx_direct) dx = gin[0].dst;
     else DLT_CHECK_GOTO(st, dlt__tensor_new_like(x, x->dtype, F, &dx), fail);
     if (at->M > 0 && at->N > 0) {
-        DLT_CHECK_GOTO(st, ctx->be->ln_bwd(ctx, dx, dx_direct ? gin[0].beta : 0, dw, db, beta, u, x, mean, rstd, w,
-                                           at->M, at->N),
+        DLT_CHECK_GOTO(st, ctx->be->ln_bwd(ctx, dx, dx_direct ? gin[0].beta : 0, pg.dw, pg.db, pg.beta, u, x, mean,
+                                           rstd, w, at->M, at->N),
                        fail);
     } else { /* no rows: parameter gradients are zero */
-        if (dw) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, dw, beta), fail);
-        if (db) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, db, beta), fail);
+        if (pg.dw) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, pg.dw, pg.beta), fail);
+        if (pg.db) DLT_CHECK_GOTO(st, dlt__grad_zero(ctx, pg.db, pg.beta), fail);
     }
     if (dx_direct) {
         gin[0].written = 1;
@@ -78,28 +113,10 @@ static dlt_status ln_backward(dlt_node *nd, dlt_tensor *const *gout, dlt_grad_sl
         dx = NULL;
         if (st != DLT_OK) goto fail;
     }
-    if (direct) {
-        if (need_w) gin[1].written = 1;
-        if (need_b) gin[2].written = 1;
-        return DLT_OK;
-    }
-    if (need_w) {
-        st = dlt__grad_slot_store(ctx, &gin[1], dw);
-        dw = NULL;
-        if (st != DLT_OK) goto fail;
-    }
-    if (need_b) {
-        st = dlt__grad_slot_store(ctx, &gin[2], db);
-        db = NULL;
-        if (st != DLT_OK) goto fail;
-    }
-    return DLT_OK;
+    return dlt__ln_param_grads_store(ctx, &gin[1], &gin[2], &pg);
 fail:
     if (!dx_direct) dlt_tensor_release(dx);
-    if (!direct) {
-        dlt_tensor_release(dw);
-        dlt_tensor_release(db);
-    }
+    dlt__ln_param_grads_drop(&pg);
     return st;
 }
 

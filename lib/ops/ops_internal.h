@@ -56,6 +56,17 @@ static inline int dlt__slot_direct(const dlt_grad_slot *slot, const dlt_tensor *
 }
 
 
+/* ---- LayerNorm's parameter gradients (layer_norm.c; add_layer_norm.c shares them) ---- */
+typedef struct dlt__ln_pgrads {
+    dlt_tensor *dw, *db; /* the leaf buffers (direct) or new tensors, NULL when not needed */
+    int32_t beta;        /* the kernel's beta for both */
+    int32_t direct;
+} dlt__ln_pgrads;
+dlt_status dlt__ln_param_grads(dlt_grad_slot *gw, dlt_grad_slot *gb, dlt_tensor *w, dlt_tensor *b, const char *F,
+                               dlt__ln_pgrads *pg);
+dlt_status dlt__ln_param_grads_store(dlt_ctx *ctx, dlt_grad_slot *gw, dlt_grad_slot *gb, dlt__ln_pgrads *pg);
+void dlt__ln_param_grads_drop(dlt__ln_pgrads *pg);
+
 /* ---- N-D ops (nd.c) ---- */
 /* dim in [-ndim, ndim) (a 0-D tensor counts as 1-D) -> [0, ndim). */
 dlt_status dlt__norm_dim(int32_t dim, int32_t ndim, const char *func, int32_t *out);

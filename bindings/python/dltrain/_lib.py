@@ -177,6 +177,7 @@ _SIGNATURES = {
     "dlt_log_softmax": (STATUS, [PTR, I32, P(PTR)]),
     "dlt_layer_norm": (STATUS, [PTR, P(I64), I32, PTR, PTR, F64, P(PTR)]),
     "dlt_layer_norm_to": (STATUS, [PTR, P(I64), I32, PTR, PTR, F64, I32, P(PTR)]),
+    "dlt_add_layer_norm": (STATUS, [PTR, PTR, P(I64), I32, PTR, PTR, F64, I32, P(PTR), P(PTR)]),
     "dlt_dropout": (STATUS, [PTR, F64, I32, P(PTR)]),
     "dlt_embedding": (STATUS, [PTR, PTR, I64, P(PTR)]),
     "dlt_scaled_dot_product_attention": (STATUS, [PTR, PTR, PTR, I32, F64, F64, P(PTR)]),

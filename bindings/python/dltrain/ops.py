@@ -27,7 +27,7 @@ __all__ = ["conv2d", "batch_norm2d", "batch_norm2d_act", "relu", "max_pool2d",
            "REDUCTION_SUM", "REDUCTION_NONE", "GELU_NONE", "GELU_TANH",
            "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "pow", "add_scalar",
            "gelu", "silu", "sigmoid", "tanh", "softplus", "sum_dims", "mean_dims", "amax", "argmax",
-           "softmax", "log_softmax", "layer_norm", "layer_norm_to", "dropout", "embedding", "leaky_relu",
+           "softmax", "log_softmax", "layer_norm", "layer_norm_to", "add_layer_norm", "dropout", "embedding", "leaky_relu",
            "scaled_dot_product_attention", "scaled_dot_product_attention_qkvpacked", "matmul", "bmm", "transpose", "permute", "narrow",
            "split", "cat", "contiguous", "expand", "mse_loss", "binary_cross_entropy_with_logits"]
 
@@ -314,6 +314,17 @@ def layer_norm_to(x, normalized_shape, dtype, weight=None, bias=None, eps=1e-5):
     arr, nd, _ = _shape_arg(normalized_shape)
     return _call(lib.dlt_layer_norm_to, (x,), _t(x, "x"), arr, nd, _opt(weight, "weight"),
                  _opt(bias, "bias"), float(eps), _dt.dtype(dtype))
+
+
+def add_layer_norm(x, b, normalized_shape, dtype, weight=None, bias=None, eps=1e-5):
+    """(x + b, layer_norm(x + b).to(dtype)): a pre-LN block's residual add and the LayerNorm
+    after it, the two ops' values and gradients in fewer passes (dlt_add_layer_norm)."""
+    arr, nd, _ = _shape_arg(normalized_shape)
+    s, y = ctypes.c_void_p(), ctypes.c_void_p()
+    check(lib.dlt_add_layer_norm(_t(x, "x"), _t(b, "b"), arr, nd, _opt(weight, "weight"), _opt(bias, "bias"),
+                                 float(eps), _dt.dtype(dtype), ctypes.byref(s), ctypes.byref(y)))
+    ctx = _ctx_of(x, b)
+    return Tensor._wrap(s.value, ctx), Tensor._wrap(y.value, ctx)
 
 
 def dropout(x, p=0.5, training=True):

@@ -47,6 +47,12 @@ def test_activations_softmax_layer_norm():
     # layer_norm_to: layer_norm then cast, bit for bit
     assert np.array_equal(_arr(np, F.cast(F.layer_norm_to(t, (4,), "bf16"), "f32")),
                           _arr(np, F.cast(F.cast(F.layer_norm(t, (4,)), "bf16"), "f32")))
+    # add_layer_norm: the add, then layer_norm_to, bit for bit
+    r = _t(np, np.cos(np.arange(24, dtype=np.float32)).reshape(2, 3, 4), ctx)
+    s, y = F.add_layer_norm(t, F.cast(r, "bf16"), (4,), "bf16")
+    s_ref = F.add(t, F.cast(r, "bf16"))
+    assert np.array_equal(_arr(np, s), _arr(np, s_ref))
+    assert np.array_equal(_arr(np, F.cast(y, "f32")), _arr(np, F.cast(F.layer_norm_to(s_ref, (4,), "bf16"), "f32")))
     assert np.allclose(_arr(np, F.sum_dims(t, (0, 2), keepdim=True)), xd.sum((0, 2), keepdims=True), atol=1e-5)
     assert _arr(np, F.argmax(t, -1)).tolist() == np.argmax(x, -1).tolist()
 
