@@ -5,7 +5,10 @@
  * (uniform across the grid, so the branch costs little). Same-layout float operands (one
  * merged dimension, unit strides; any dtype mix, e.g. the residual add f32 + bf16 -> f32) take
  * a flat kernel with the dtypes compiled in, moving 16 or 8 bytes per access when aligned;
- * copies whose rows line up move 16 bytes per thread.
+ * so does a row broadcast (one operand the whole contiguous output, the other repeated over
+ * its rows: the GPT's tok_emb [B,T,C] + pos_emb [T,C] took 110 us for 16x1024x768 f32 in the
+ * index-mapping kernel on an H200, ~30 us at memory bandwidth). Copies whose rows line up
+ * move 16 bytes per thread.
  */
 #include <type_traits>
 
@@ -79,17 +82,62 @@ __global__ void binary_flat_kernel(Ty *y, const Ta *a, const Tb *b, int64_t n, i
     }
 }
 
-template <typename Ta, typename Tb, typename Ty>
-void launch_flat(cudaStream_t st, void *y, const void *a, const void *b, int64_t n, int op, float alpha) {
+/* Values per pack of the flat kernels: the widest of the three dtypes moves 16 bytes */
+template <typename Ta, typename Tb, typename Ty> constexpr int pack_width() {
     constexpr size_t W = sizeof(Ta) > sizeof(Tb) ? (sizeof(Ta) > sizeof(Ty) ? sizeof(Ta) : sizeof(Ty))
                                                  : (sizeof(Tb) > sizeof(Ty) ? sizeof(Tb) : sizeof(Ty));
-    constexpr int V = (int)(16 / W);
-    /* a view (narrow) may start anywhere: the pointers carry the offset */
-    const bool vec = (uintptr_t)a % (sizeof(Ta) * V) == 0 && (uintptr_t)b % (sizeof(Tb) * V) == 0 &&
-                     (uintptr_t)y % (sizeof(Ty) * V) == 0;
+    return (int)(16 / W);
+}
+/* a view (narrow) may start anywhere: the pointers carry the offset */
+template <typename Ta, typename Tb, typename Ty, int V> bool packs_aligned(const void *y, const void *a, const void *b) {
+    return (uintptr_t)a % (sizeof(Ta) * V) == 0 && (uintptr_t)b % (sizeof(Tb) * V) == 0 &&
+           (uintptr_t)y % (sizeof(Ty) * V) == 0;
+}
+
+template <typename Ta, typename Tb, typename Ty>
+void launch_flat(cudaStream_t st, void *y, const void *a, const void *b, int64_t n, int op, float alpha) {
+    constexpr int V = pack_width<Ta, Tb, Ty>();
+    const bool vec = packs_aligned<Ta, Tb, Ty, V>(y, a, b);
     const int64_t nv = vec ? n / V : 0;
     binary_flat_kernel<Ta, Tb, Ty, V><<<grid_for(vec ? nv : n, 256), 256, 0, st>>>((Ty *)y, (const Ta *)a,
                                                                                   (const Tb *)b, n, nv, op, alpha);
+}
+
+/* Row broadcast: y and one operand are n contiguous elements, the other operand `inner`
+ * contiguous elements read at i % inner (small_a: a is that one), the operand order kept for
+ * sub and div. Packs as in binary_flat_kernel when inner is a multiple of V and the pointers
+ * line up (nv = n / V, no tail), else one element per thread (nv = 0); 32-bit index math
+ * (the launcher keeps n below 2^31). The same fp32 math and rounding as binary_kernel. */
+template <typename Ta, typename Tb, typename Ty, int V>
+__global__ void binary_rows_kernel(Ty *y, const Ta *a, const Tb *b, uint32_t n, uint32_t inner, uint32_t nv,
+                                   bool small_a, int op, float alpha) {
+    const uint32_t inner_v = inner / V;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += gridDim.x * blockDim.x) {
+        const uint32_t r = i % inner_v;
+        Pack<Ta, V> pa;
+        Pack<Tb, V> pb;
+        Pack<Ty, V> py;
+        pa.raw = reinterpret_cast<const decltype(pa.raw) *>(a)[small_a ? r : i];
+        pb.raw = reinterpret_cast<const decltype(pb.raw) *>(b)[small_a ? i : r];
+#pragma unroll
+        for (int k = 0; k < V; k++) py.v[k] = from_f<Ty>(bin_f(op, to_f<Ta>(pa.v[k]), to_f<Tb>(pb.v[k]), alpha));
+        reinterpret_cast<decltype(py.raw) *>(y)[i] = py.raw;
+    }
+    const uint32_t done = nv * V;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n - done; i += gridDim.x * blockDim.x) {
+        const uint32_t j = done + i, r = j % inner;
+        y[j] = from_f<Ty>(bin_f(op, to_f<Ta>(a[small_a ? r : j]), to_f<Tb>(b[small_a ? j : r]), alpha));
+    }
+}
+
+template <typename Ta, typename Tb, typename Ty>
+void launch_rows(cudaStream_t st, void *y, const void *a, const void *b, int64_t n, int64_t inner, bool small_a,
+                 int op, float alpha) {
+    constexpr int V = pack_width<Ta, Tb, Ty>();
+    const bool vec = inner % V == 0 && packs_aligned<Ta, Tb, Ty, V>(y, a, b);
+    const int64_t nv = vec ? n / V : 0;
+    binary_rows_kernel<Ta, Tb, Ty, V><<<grid_for(vec ? nv : n, 256), 256, 0, st>>>(
+        (Ty *)y, (const Ta *)a, (const Tb *)b, (uint32_t)n, (uint32_t)inner, (uint32_t)nv, small_a, op, alpha);
 }
 
 template <typename T, typename Ix>
@@ -100,6 +148,10 @@ __global__ void copy_kernel(T *dst, dlt_nd_operand od, const T *src, dlt_nd_oper
 }
 
 bool unit(const dlt_nd &s, const dlt_nd_operand &o) { return s.ndim <= 1 && (s.ndim == 0 || o.stride[0] == 1); }
+/* in a [rows, inner] space: the operand covers it contiguously (whole), or repeats one
+ * contiguous row of inner elements (rows) */
+bool whole2(const dlt_nd &s, const dlt_nd_operand &o) { return o.stride[0] == s.shape[1] && o.stride[1] == 1; }
+bool rows2(const dlt_nd_operand &o) { return o.stride[0] == 0 && o.stride[1] == 1; }
 
 } // namespace
 
@@ -121,6 +173,12 @@ dlt_status dlt__cuda_binary(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *a, co
     } else if (dlt__is_float(a->dtype) && dlt__is_float(b->dtype) && unit(*s, *oa) && unit(*s, *ob)) {
         DLT_DISPATCH_FLOAT(a->dtype, Ta, DLT_DISPATCH_FLOAT(b->dtype, Tb, DLT_DISPATCH_FLOAT(y->dtype, Ty,
             launch_flat<Ta, Tb, Ty>(st, dlt__data(y), pa, pb, n, op, (float)alpha))));
+    } else if (dlt__is_float(a->dtype) && dlt__is_float(b->dtype) && s->ndim == 2 && n < ((int64_t)1 << 31) &&
+               ((whole2(*s, *oa) && rows2(*ob)) || (rows2(*oa) && whole2(*s, *ob)))) {
+        /* n below 2^31: the index plus the grid stride stays within 32 bits */
+        const bool small_a = rows2(*oa);
+        DLT_DISPATCH_FLOAT(a->dtype, Ta, DLT_DISPATCH_FLOAT(b->dtype, Tb, DLT_DISPATCH_FLOAT(y->dtype, Ty,
+            launch_rows<Ta, Tb, Ty>(st, dlt__data(y), pa, pb, n, s->shape[1], small_a, op, (float)alpha))));
     } else {
         dlt_nd_operand a0 = *oa, b0 = *ob;
         a0.offset = b0.offset = 0; /* folded into the pointers */

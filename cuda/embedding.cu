@@ -1,8 +1,11 @@
 /*
  * embedding.cu - CUDA embedding (lib/ops/embedding.c).
- *   forward   one thread per output element, the row read at its index; an index outside
- *             [0, V) cannot be reported without a host sync, so its row is NaN (the loss
- *             then is NaN, as cross-entropy does with a bad target);
+ *   forward   the row read at its index: one thread per 16 bytes of output when rows are
+ *             whole 16-byte vectors and the pointers aligned (one index load and a 32-bit
+ *             division per vector; one thread per element, with a 64-bit division each,
+ *             gathered 16384 rows of 768 f32 at ~1.4 TB/s on an H200), else one thread per
+ *             element; an index outside [0, V) cannot be reported without a host sync, so
+ *             its row is NaN (the loss then is NaN, as cross-entropy does with a bad target);
  *   backward  deterministic whatever the mode: the indices are sorted with their positions
  *             (CUB radix sort, stable, so equal indices keep position order), then a block
  *             per run of equal indices and 256 columns (32 where runs are mostly long) adds
@@ -26,6 +29,21 @@ __global__ void embedding_fwd_kernel(T *y, const T *w, const I *idx, int64_t n, 
         const int64_t i = e / D, j = e - i * D;
         const int64_t v = (int64_t)idx[i];
         y[e] = (v >= 0 && v < V) ? w[v * D + j] : from_f<T>(NAN);
+    }
+}
+
+/* nv = n * D / W vectors of W = 16 / sizeof(T) values, D a multiple of W, dv = D / W per
+ * row: vector e is vector j of output row i. The same bits as embedding_fwd_kernel (a copy,
+ * or NaN); 32-bit index math (the launcher keeps nv below 2^31). */
+template <typename T, typename I>
+__global__ void embedding_fwd_vec_kernel(uint4 *y, const uint4 *w, const I *idx, uint32_t nv, int64_t V, uint32_t dv) {
+    Vec16<T> nan_row;
+#pragma unroll
+    for (int k = 0; k < Vec16<T>::N; k++) nan_row.v[k] = from_f<T>(NAN);
+    for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < nv; e += gridDim.x * blockDim.x) {
+        const uint32_t i = e / dv, j = e - i * dv;
+        const int64_t v = (int64_t)idx[i];
+        y[e] = (v >= 0 && v < V) ? w[v * dv + j] : nan_row.raw;
     }
 }
 
@@ -120,15 +138,28 @@ dlt_status dlt__cuda_embedding_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor
     const int64_t n = idx->numel, V = w->shape[0], D = w->shape[1];
     cudaStream_t st = dlt__stream(ctx);
     DLT_CHECK(same_dtype("dlt_embedding", w->dtype, y));
-    if (idx->dtype == DLT_I64) {
-        DLT_DISPATCH_FLOAT(w->dtype, T,
+    const bool i64 = idx->dtype == DLT_I64;
+    DLT_DISPATCH_FLOAT(w->dtype, T, {
+        const int wv = Vec16<T>::N;
+        const int64_t nv = n * D / wv;
+        /* below 2^31 vectors, the index plus the grid stride stays within 32 bits */
+        if (vec16_ok(D, wv, dlt__data(y), dlt__data(w)) && nv < ((int64_t)1 << 31)) {
+            uint4 *yp = (uint4 *)dlt__data(y);
+            const uint4 *wp = (const uint4 *)dlt__data(w);
+            if (i64)
+                embedding_fwd_vec_kernel<T, int64_t><<<grid_for(nv, 256), 256, 0, st>>>(
+                    yp, wp, (const int64_t *)dlt__data(idx), (uint32_t)nv, V, (uint32_t)(D / wv));
+            else
+                embedding_fwd_vec_kernel<T, int32_t><<<grid_for(nv, 256), 256, 0, st>>>(
+                    yp, wp, (const int32_t *)dlt__data(idx), (uint32_t)nv, V, (uint32_t)(D / wv));
+        } else if (i64) {
             embedding_fwd_kernel<T, int64_t><<<grid_for(n * D, 256), 256, 0, st>>>(
-                (T *)dlt__data(y), (const T *)dlt__data(w), (const int64_t *)dlt__data(idx), n, V, D));
-    } else {
-        DLT_DISPATCH_FLOAT(w->dtype, T,
+                (T *)dlt__data(y), (const T *)dlt__data(w), (const int64_t *)dlt__data(idx), n, V, D);
+        } else {
             embedding_fwd_kernel<T, int32_t><<<grid_for(n * D, 256), 256, 0, st>>>(
-                (T *)dlt__data(y), (const T *)dlt__data(w), (const int32_t *)dlt__data(idx), n, V, D));
-    }
+                (T *)dlt__data(y), (const T *)dlt__data(w), (const int32_t *)dlt__data(idx), n, V, D);
+        }
+    });
     DLT_CU_LAUNCHED(ctx, "dlt_embedding");
     return DLT_OK;
 }

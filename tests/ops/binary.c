@@ -40,6 +40,19 @@ static const ot_case CASES[] = {
     {"add f32 param + x same shape", fwd, ref, 2, {{OT_P, 2, {3, 37}, 0, 0, 0}, X(2, 3, 37)}, 2, {3, 37}, DLT_F32, {0}},
     {"div x / f32 param same shape", fwd, ref, 2, {X(1, 45), {OT_P, 1, {45}, 0.5, 2.0, 0}}, 1, {45}, DLT_F32, {3}},
     {"mul empty", fwd, ref, 2, {X(2, 0, 3), X(1, 3)}, 2, {0, 3}, -1, {2}},
+    /* one operand the trailing dimensions of the other (the GPT's tok_emb + pos_emb):
+     * CUDA's row-broadcast kernel, in 16-byte packs where the row is whole packs (24
+     * elements: every dtype), one element per thread where not (6, 35, 5), with the small
+     * operand on either side of the non-commutative sub and div */
+    {"add [2,3,8] + [3,8] rows", fwd, ref, 2, {X(3, 2, 3, 8), X(2, 3, 8)}, 3, {2, 3, 8}, -1, {0}},
+    {"add [2,5,6] + [6] rows, odd", fwd, ref, 2, {X(3, 2, 5, 6), X(1, 6)}, 3, {2, 5, 6}, -1, {0}},
+    {"sub [3,8] - [4,3,8] rows on the left", fwd, ref, 2, {X(2, 3, 8), X(3, 4, 3, 8)}, 3, {4, 3, 8}, -1, {1}},
+    {"mul [2,7,5] * [7,5] rows, odd", fwd, ref, 2, {X(3, 2, 7, 5), X(2, 7, 5)}, 3, {2, 7, 5}, -1, {2}},
+    {"div [4,3,8] / [3,8] rows", fwd, ref, 2, {X(3, 4, 3, 8), XR(0.5, 2.0, 2, 3, 8)}, 3, {4, 3, 8}, -1, {3}},
+    {"div [5] / [3,5] rows on the left, odd", fwd, ref, 2, {X(1, 5), XR(0.5, 2.0, 2, 3, 5)}, 2, {3, 5}, -1, {3}},
+    /* mixed dtypes in f16/bf16 (x + an f32 parameter row -> f32): packs of 4 */
+    {"add x [3,2,8] + f32 param [2,8] rows", fwd, ref, 2, {X(3, 3, 2, 8), {OT_P, 2, {2, 8}, 0, 0, 0}}, 3, {3, 2, 8},
+     DLT_F32, {0}},
     /* integer operands (no gradient; the case dtype does not apply): CUDA's exact int64
      * kernel with mixed widths, and int -> float loads in the float kernel */
     {"add i64 + i32 broadcast, exact", fwd, ref, 2, {{OT_I64, 2, {3, 4}, -1000, 1000, 0}, {OT_I32, 1, {4}, -1000, 1000, 0}},

@@ -45,6 +45,14 @@ static const ot_case CASES[] = {
      {10, 30, 6}, -1, {2}, {0}, 0, OT_NO_REF},
     {"padding_idx -1 (the last row), i64", fwd, ref, 2, {{OT_X, 2, {5, 33}, 0, 0, 0}, {OT_I64, 1, {40}, 0, 5, 0}}, 2,
      {40, 33}, -1, {-1}, {0}, 0, OT_NO_REF},
+    /* rows of whole 16-byte vectors (8 and 24 values: every dtype; 12: f32 only) take
+     * CUDA's vector kernel; 130, 70, 33 above do not */
+    {"rows of 8, i64", fwd, ref, 2, {{OT_X, 2, {6, 8}, 0, 0, 0}, {OT_I64, 2, {3, 5}, 0, 6, 0}}, 3, {3, 5, 8}, -1,
+     {DLT_NO_PADDING_IDX}},
+    {"rows of 24, i32", fwd, ref, 2, {{OT_X, 2, {5, 24}, 0, 0, 0}, {OT_I32, 1, {11}, 0, 5, 0}}, 2, {11, 24}, -1,
+     {DLT_NO_PADDING_IDX}},
+    {"rows of 12, i64", fwd, ref, 2, {{OT_X, 2, {4, 12}, 0, 0, 0}, {OT_I64, 1, {9}, 0, 4, 0}}, 2, {9, 12}, -1,
+     {DLT_NO_PADDING_IDX}},
     {"empty indices", fwd, ref, 2, {{OT_X, 2, {4, 3}, 0, 0, 0}, {OT_I64, 2, {2, 0}, 0, 4, 0}}, 3, {2, 0, 3}, -1,
      {DLT_NO_PADDING_IDX}},
 };

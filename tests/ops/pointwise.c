@@ -57,6 +57,8 @@ static void ref(const ot_case *c, double *const *in, double *out) {
 
 #define R(name, op, a, lo, hi, spaced)                                                         \
     {name, fwd, ref, 1, {{OT_X, 3, {2, 3, 5}, lo, hi, spaced}}, 3, {2, 3, 5}, -1, {op}, {a}}
+#define RV(name, op, a, lo, hi, spaced)                                                        \
+    {name, fwd, ref, 1, {{OT_X, 3, {2, 4, 8}, lo, hi, spaced}}, 3, {2, 4, 8}, -1, {op}, {a}}
 static const ot_case CASES[] = {
     R("neg", NEG, 0, -1, 1, 0),
     R("exp", EXP, 0, -3, 3, 0),
@@ -82,6 +84,15 @@ static const ot_case CASES[] = {
     {"leaky_relu 1-D", fwd, ref, 1, {{OT_X, 1, {37}, -0.3, 0.3, 1}}, 1, {37}, -1, {LRELU}, {0.01}},
     {"gelu tanh 1-D", fwd, ref, 1, {{OT_X, 1, {37}, -2, 2, 0}}, 1, {37}, -1, {GELU_T}},
     {"exp empty", fwd, ref, 1, {{OT_X, 2, {0, 4}, 0, 0, 0}}, 2, {0, 4}, -1, {EXP}},
+    /* 64 elements: whole 16-byte vectors in every dtype, so CUDA runs its vector kernels,
+     * where these ops are compiled in (and softplus the run-time op), forward and backward */
+    RV("gelu erf, vectors", GELU, 0, -4, 4, 0),
+    RV("gelu tanh, vectors", GELU_T, 0, -4, 4, 0),
+    RV("silu, vectors", SILU, 0, -5, 5, 0),
+    RV("sigmoid, vectors", SIGM, 0, -6, 6, 0),
+    RV("tanh, vectors", TANH, 0, -3, 3, 0),
+    RV("leaky_relu 0.2, vectors", LRELU, 0.2, -0.25, 0.25, 1),
+    RV("softplus, vectors", SOFTP, 0, -8, 8, 0),
     /* integers (no gradient; the case dtype does not apply): exact in their dtype, or
      * promoted to f32 */
     {"neg i64", fwd, ref, 1, {{OT_I64, 2, {3, 7}, -1000, 1000, 0}}, 2, {3, 7}, DLT_I64, {NEG}, {0}, 0,
