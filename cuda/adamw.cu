@@ -15,6 +15,10 @@
  * __grid_constant__ struct, so a captured graph replays with no host-side metadata. More
  * than kCap parameters take several launches.
  *
+ * Fused clipping (dlt_optimizer_set_clip_grad_norm): with clip_coef set, every block reads
+ * the coefficient the norm pass (clip_grad_norm.cu) left on the device and updates with
+ * g * coef; the gradient itself is not written.
+ *
  * Device-side decisions: every block reads found_inf and skips its chunk when it is set;
  * every block reads its tensor's lr (its group's) and step count before taking a ticket
  * from the state block's counter; the last block to finish runs the epilogue: the step
@@ -55,6 +59,7 @@ struct AdamArgs {
     dlt_optim_dev *st;
     int32_t *steps;
     const float *found_inf;
+    const float *clip_coef; /* fused clipping's coefficient, or NULL */
     dlt_lr_schedule sched;
 };
 static_assert(sizeof(AdamArgs) <= 32000, "Adam kernel arguments exceed the 32 KB parameter limit");
@@ -98,13 +103,23 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         const float *G = a.g[t];
         __half *H = a.h[t];
         __nv_bfloat16 *BF = a.bf[t];
+        /* fused clipping: g * coef, the bits clip_grad_norm's scale_kernel leaves in the
+         * gradient; coef read once per block. The argument itself is tested at each use: a
+         * bool copy made ptxas spill (tests/scripts/cuda_local_memory.sh) */
+        const float cc = a.clip_coef ? *a.clip_coef : 1.0f;
         int64_t tail = start;
         if (a.vec[t]) {
             const int64_t nv = (end - start) >> 2;
             for (int64_t q = threadIdx.x; q < nv; q += kThreads) {
                 const int64_t i = start + 4 * q;
                 float4 pv = *reinterpret_cast<const float4 *>(P + i);
-                const float4 gv = *reinterpret_cast<const float4 *>(G + i);
+                float4 gv = *reinterpret_cast<const float4 *>(G + i);
+                if (a.clip_coef) {
+                    gv.x = __fmul_rn(gv.x, cc);
+                    gv.y = __fmul_rn(gv.y, cc);
+                    gv.z = __fmul_rn(gv.z, cc);
+                    gv.w = __fmul_rn(gv.w, cc);
+                }
                 float4 mv = *reinterpret_cast<const float4 *>(M + i);
                 float4 vv = *reinterpret_cast<const float4 *>(V + i);
                 pv.x = dlt__adamw_elem(&s, pv.x, gv.x, &mv.x, &vv.x);
@@ -120,7 +135,8 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         }
         for (int64_t i = tail + threadIdx.x; i < end; i += kThreads) {
             float mv = M[i], vv = V[i];
-            const float pv = dlt__adamw_elem(&s, P[i], G[i], &mv, &vv);
+            const float gv = a.clip_coef ? __fmul_rn(G[i], cc) : G[i];
+            const float pv = dlt__adamw_elem(&s, P[i], gv, &mv, &vv);
             P[i] = pv;
             M[i] = mv;
             V[i] = vv;
@@ -179,6 +195,7 @@ dlt_status dlt__cuda_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L) {
     args->st = (dlt_optim_dev *)L->state;
     args->steps = (int32_t *)L->steps;
     args->found_inf = (const float *)L->found_inf;
+    args->clip_coef = (const float *)L->clip_coef;
     args->has_sched = L->schedule != nullptr;
     if (L->schedule) args->sched = *L->schedule;
     cudaStream_t stream = dlt__stream(ctx);

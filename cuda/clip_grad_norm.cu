@@ -11,6 +11,8 @@
  *                    rounded to f32 and stored, coef = min((1 / (total + 1e-6)) * max_norm,
  *                    1) in f32 stored beside the partials
  *   scale_kernel     multi-tensor: g *= coef
+ * The optimizer's fused clipping (dlt_optimizer_set_clip_grad_norm) runs the first two
+ * alone, with coef stored at L->coef, and its step kernel multiplies by it instead.
  * The partials live in a temporary tensor released (stream-ordered) after the launches.
  * Per-tensor metadata travels by value (__grid_constant__), as in sgd.cu.
  */
@@ -181,7 +183,8 @@ dlt_status dlt__cuda_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L) {
     dlt_tensor *scratch = NULL;
     DLT_CHECK(dlt__tensor_new(ctx, DLT_F32, &len, 1, DLT_FORMAT_CONTIGUOUS, F, &scratch));
     float *partial = (float *)dlt__data(scratch);
-    float *coef = partial + total_chunks;
+    /* the optimizer's fused clipping keeps coef in its own buffer, read by its step kernel */
+    float *coef = L->coef ? (float *)L->coef : partial + total_chunks;
     ClipArgs *args = (ClipArgs *)malloc(sizeof(ClipArgs));
     dlt_status st = DLT_OK;
     cudaStream_t stream = dlt__stream(ctx);

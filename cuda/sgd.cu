@@ -12,6 +12,10 @@
  * sm_70+, which the CUDA 13 runtime guarantees), so a captured graph replays with no
  * host-side metadata. More than kCap parameters take several launches.
  *
+ * Fused clipping (dlt_optimizer_set_clip_grad_norm): with clip_coef set, every block reads
+ * the coefficient the norm pass (clip_grad_norm.cu) left on the device and uses g * coef in
+ * place of g (the gradient is written only in the nesterov case above, as without it).
+ *
  * Device-side decisions: every block reads found_inf and skips its chunk when it is set;
  * the last block to finish (a ticket from an atomic counter in the state block) runs the
  * epilogue: mark the momentum buffers of this launch as holding data, and in the final
@@ -55,19 +59,21 @@ struct SgdArgs {
     dlt_optim_dev *st;
     int32_t *flags;
     const float *found_inf;
+    const float *clip_coef; /* fused clipping's coefficient, or NULL */
     dlt_lr_schedule sched;
 };
 static_assert(sizeof(SgdArgs) <= 32000, "SGD kernel arguments exceed the 32 KB parameter limit");
 
 struct Hyper {
-    float neg_lr, mu, damp, wd;
-    bool use_wd, has_b, first, nesterov, maximize, write_grad;
+    float neg_lr, mu, damp, wd, coef;
+    bool use_wd, has_b, first, nesterov, maximize, write_grad, clip;
 };
 
 /* One element: returns the new parameter; updates b and (PyTorch's foreach nesterov case)
  * g in place through the references. */
 __device__ __forceinline__ float sgd_elem(const Hyper &k, float p, float &g, float &b) {
-    float d = k.maximize ? -g : g;
+    const float gc = k.clip ? __fmul_rn(g, k.coef) : g; /* fused clipping: g * coef */
+    float d = k.maximize ? -gc : gc;
     if (k.use_wd) d = __fmaf_rn(k.wd, p, d);
     if (k.has_b) {
         float bv = k.first ? d : __fmaf_rn(k.damp, d, __fmul_rn(b, k.mu));
@@ -103,6 +109,8 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(const __grid_constant__ S
         k.nesterov = a.nesterov;
         k.maximize = a.maximize;
         k.write_grad = a.write_grad && k.has_b;
+        k.clip = a.clip_coef != nullptr;
+        k.coef = k.clip ? *a.clip_coef : 1.0f; /* once per block */
         float *P = a.p[t], *G = a.g[t], *B = a.b[t];
         __half *H = a.h[t];
         __nv_bfloat16 *BF = a.bf[t];
@@ -201,6 +209,7 @@ dlt_status dlt__cuda_sgd_step(dlt_ctx *ctx, const dlt_sgd_launch *L) {
     args->st = (dlt_optim_dev *)L->state;
     args->flags = (int32_t *)L->buf_init;
     args->found_inf = (const float *)L->found_inf;
+    args->clip_coef = (const float *)L->clip_coef;
     args->has_sched = L->schedule != nullptr;
     if (L->schedule) args->sched = *L->schedule;
     cudaStream_t stream = dlt__stream(ctx);

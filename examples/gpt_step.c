@@ -45,6 +45,10 @@ dlt_status gpt_step_init(gpt_step *s, double lr, double beta1, double beta2, dou
     o.weight_decay = weight_decay;
     if (st == DLT_OK) st = dlt_adamw_create_ex(decay, nd, &o, &s->opt);
     if (st == DLT_OK && nr > 0) st = dlt_optimizer_add_param_group(s->opt, rest, nr, lr, 0.0);
+    /* nanoGPT's clip_grad_norm_(model.parameters(), grad_clip), folded into the AdamW step:
+     * its parameters are the model's, so the total is the same, and the step writes the bits
+     * clip + step would (without a pass that rewrites every gradient) */
+    if (st == DLT_OK && s->grad_clip > 0) st = dlt_optimizer_set_clip_grad_norm(s->opt, s->grad_clip, 2.0);
     if (st == DLT_OK) st = dlt_tensor_zeros(s->ctx, DLT_F32, NULL, 0, 0, &s->loss_out);
     if (st == DLT_OK) {
         s->params = p;
@@ -94,10 +98,7 @@ dlt_status gpt_train_step(void *user) {
         if (s->ddp) CK(dlt_ddp_no_sync(s->ddp, m != s->accum - 1));
         CK(micro_step(s, m == s->accum - 1));
     }
-    if (s->grad_clip > 0) {
-        CK(dlt_grad_scaler_unscale(s->scaler, s->opt));
-        CK(dlt_clip_grad_norm(s->params, s->n_params, s->grad_clip, 2.0, NULL));
-    }
+    /* the scaler's step unscales, then the optimizer's step clips (gpt_step_init set it) */
     CK(dlt_grad_scaler_step(s->scaler, s->opt));
     return dlt_grad_scaler_update(s->scaler);
 }

@@ -1,10 +1,11 @@
 /*
  * gpt_step.h - the GPT training step shared by examples/gpt_train.c and examples/bench_gpt.c:
- * nanoGPT's optimizer (AdamW with weight decay on the 2-D tensors only) and one whole
- * iteration (zero-grad, --accum micro-steps of forward + backward with the loss divided by
- * accum, unscale + clip, scaler step and update), written so that it can be captured as one
- * CUDA graph (graph.h): every value that changes per step lives on the device (the loader's
- * draw counter, the lr, the loss scale) and the step reads nothing back.
+ * nanoGPT's optimizer (AdamW with weight decay on the 2-D tensors only, clipping the
+ * gradients' global norm at grad_clip) and one whole iteration (zero-grad, --accum
+ * micro-steps of forward + backward with the loss divided by accum, scaler step and
+ * update), written so that it can be captured as one CUDA graph (graph.h): every value that
+ * changes per step lives on the device (the loader's draw counter, the lr, the loss scale,
+ * the gradient norm) and the step reads nothing back.
  *
  * nanoGPT's train.py, line for line:
  *   for micro_step in range(accum):
@@ -12,6 +13,11 @@
  *       X, Y = get_batch('train'); scaler.scale(loss).backward()
  *   if grad_clip != 0.0: scaler.unscale_(optimizer); clip_grad_norm_(model.parameters(), grad_clip)
  *   scaler.step(optimizer); scaler.update(); optimizer.zero_grad(set_to_none=True)
+ * The clipping is the optimizer's (dlt_optimizer_set_clip_grad_norm, set by gpt_step_init):
+ * the scaler's step unscales, then the AdamW step takes the norm of the unscaled gradients
+ * and updates with grad * coef, the parameters and moments nanoGPT's unscale_ + clip + step
+ * give, bit for bit, without the kernel that rewrites every gradient (the gradients stay
+ * unclipped; nothing here reads them after the step).
  */
 #ifndef DLT_EXAMPLES_GPT_STEP_H
 #define DLT_EXAMPLES_GPT_STEP_H
@@ -28,7 +34,7 @@ typedef struct gpt_step {
     int32_t n_params;
     int32_t amp;          /* DLT_BF16, DLT_F16 (with the scaler) or DLT_F32 (no autocast) */
     int64_t accum;        /* micro-steps per optimizer step */
-    double grad_clip;     /* 0: no clipping */
+    double grad_clip;     /* 0: no clipping; read by gpt_step_init (set it before) */
     dlt_tensor *loss_out; /* f32 []: the last micro-step's loss (before the division by accum) */
     dlt_ddp *ddp;         /* data parallel (dist.h; NULL: one process): the gradients are averaged
                            * in the last micro-step's backward only (nanoGPT's
@@ -37,7 +43,8 @@ typedef struct gpt_step {
 
 /* nanoGPT's configure_optimizers: AdamW(lr, betas, eps 1e-8) over two parameter groups,
  * weight_decay on the tensors with 2 or more dimensions (matmul weights, embeddings) and 0
- * on the rest (biases, LayerNorm). Fills s->params, s->n_params, s->opt and s->loss_out.
+ * on the rest (biases, LayerNorm), clipping at s->grad_clip when it is > 0 (2-norm, in the
+ * step). Fills s->params, s->n_params, s->opt and s->loss_out.
  * *n_decay / *n_nodecay (may be NULL) receive the element counts of the two groups. */
 dlt_status gpt_step_init(gpt_step *s, double lr, double beta1, double beta2, double weight_decay,
                          int64_t *n_decay, int64_t *n_nodecay);

@@ -6,7 +6,8 @@
  * and chain (dlt_graph_stat); a replay with an inf in the input (skipped on the device); the
  * lr changed between replays; a tensor the step hands out outliving its graph; a capture that
  * fails giving its arena back; the nanoGPT-style step (AdamW groups, warm-up + cosine,
- * clip_grad_norm through the scaler); and autocast's parameter copies read by replays (no
+ * clip_grad_norm through the scaler, and with the clipping fused into the optimizer's
+ * step); and autocast's parameter copies read by replays (no
  * cast recorded where the copy was current, refreshed after host writes and after another
  * graph's writes). Every case skips without a GPU.
  */
@@ -416,6 +417,112 @@ static void test_capture_adamw_clip_step(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* The same step with the clipping fused into the optimizer (dlt_optimizer_set_clip_grad_norm,
+ * set before capturing): the captured step is the scaler's step alone (it unscales; the
+ * optimizer's step takes the norm and folds the coefficient into AdamW, no scale kernel),
+ * replayed against the eager unscale + clip_grad_norm + step. The optimizer's total, one
+ * reference taken before capturing, follows the eager totals replay by replay; a replay
+ * with an inf skips. max_norm is half the first step's norm, so the first step clips.
+ * Written without a GPU: first run on the next GPU session. */
+static double g_fused_max_norm;
+static dlt_status g_fused_set_status; /* the last set in net_step_fused: refused in capture */
+
+static dlt_status net_step_fused(void *user) {
+    net *n = (net *)user;
+    /* the same setting again: a no-op in the warm-ups, DLT_ERR_INVALID_STATE in the capture */
+    g_fused_set_status = dlt_optimizer_set_clip_grad_norm(n->opt, g_fused_max_norm, 2.0);
+    dlt_status st = net_scaled_backward(n);
+    if (st == DLT_OK) st = dlt_grad_scaler_step(n->sc, n->opt);
+    if (st == DLT_OK) st = dlt_grad_scaler_update(n->sc);
+    return st;
+}
+
+/* the eager reference: unscale, clip at g_fused_max_norm, step; *total its clip total */
+static dlt_status net_step_clip_eager(net *n, float *total) {
+    dlt_tensor *t = NULL;
+    dlt_tensor *ps[4] = {n->w1, n->b1, n->w2, n->b2};
+    dlt_status st = net_scaled_backward(n);
+    if (st == DLT_OK) st = dlt_grad_scaler_unscale(n->sc, n->opt);
+    if (st == DLT_OK && g_fused_max_norm == 0) { /* the first step: max_norm = half its norm */
+        dlt_tensor *t0 = NULL;
+        float v = 0;
+        st = dlt_grad_norm(ps, 4, 2.0, &t0);
+        if (st == DLT_OK) st = dlt_tensor_copy_to_host(t0, &v, 4);
+        dlt_tensor_release(t0);
+        g_fused_max_norm = 0.5 * (double)v;
+    }
+    if (st == DLT_OK) st = dlt_clip_grad_norm(ps, 4, g_fused_max_norm, 2.0, &t);
+    if (st == DLT_OK) st = dlt_grad_scaler_step(n->sc, n->opt);
+    if (st == DLT_OK) st = dlt_grad_scaler_update(n->sc);
+    if (st == DLT_OK) st = dlt_tensor_copy_to_host(t, total, 4);
+    dlt_tensor_release(t);
+    return st;
+}
+
+static void test_capture_fused_clip_step(void) {
+    CUDA_CTX_OR_SKIP(cu);
+    static float x[NB * ND], w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
+    static int32_t y[NB];
+    for (int i = 0; i < NB * ND; i++) x[i] = frand();
+    for (int i = 0; i < NB; i++) y[i] = (int32_t)((i * 7) % NK);
+    for (int i = 0; i < NH * ND; i++) w1[i] = frand() * 0.25f;
+    for (int i = 0; i < NH; i++) b1[i] = frand() * 0.25f;
+    for (int i = 0; i < NK * NH; i++) w2[i] = frand() * 0.18f;
+    for (int i = 0; i < NK; i++) b2[i] = frand() * 0.18f;
+    net g, e;
+    net_make(&g, cu, x, y, w1, b1, w2, b2);
+    net_make(&e, cu, x, y, w1, b1, w2, b2);
+    net_use_adamw(&g);
+    net_use_adamw(&e);
+    float te = 0, tg = 0;
+    g_fused_max_norm = 0;
+    CHECK_OK(net_step_clip_eager(&e, &te)); /* eager step 1 fixes max_norm */
+    REQUIRE(g_fused_max_norm > 0, "the first norm is %g", te);
+    CHECK_OK(dlt_optimizer_set_clip_grad_norm(g.opt, g_fused_max_norm, 2.0));
+    dlt_tensor *total = NULL;
+    CHECK_OK(dlt_optimizer_grad_norm(g.opt, &total));
+    dlt_graph *graph = NULL;
+    CHECK_OK(graph_create_logged(cu, net_step_fused, &g, &graph)); /* warm-ups: g's steps 1, 2 */
+    REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_logs);
+    CHECK(g_fused_set_status == DLT_ERR_INVALID_STATE, "dlt_optimizer_set_clip_grad_norm in a capture: %d",
+          (int)g_fused_set_status);
+    CHECK_OK(net_step_clip_eager(&e, &te));
+    CHECK_OK(dlt_tensor_copy_to_host(total, &tg, 4));
+    CHECK(fabsf(tg - te) <= 1e-5f * te, "after the warm-ups: total %.9g vs eager %.9g", tg, te);
+    for (int r = 0; r < 5; r++) {
+        CHECK_OK(dlt_graph_run(graph));
+        CHECK_OK(net_step_clip_eager(&e, &te));
+        CHECK_OK(dlt_tensor_copy_to_host(total, &tg, 4)); /* synchronises: the replay wrote it */
+        CHECK(fabsf(tg - te) <= 1e-5f * te, "replay %d: total %.9g vs eager %.9g", r, tg, te);
+    }
+    CHECK_OK(dlt_ctx_synchronize(cu));
+    check_nets_equal(&g, &e, "AdamW + fused clipping, after 7 steps");
+    /* the optimizer's gradients are unclipped: their norm is the total the step took */
+    dlt_tensor *ps[4] = {g.w1, g.b1, g.w2, g.b2}, *tn = NULL;
+    float vn = 0;
+    CHECK_OK(dlt_grad_norm(ps, 4, 2.0, &tn));
+    CHECK_OK(dlt_tensor_copy_to_host(tn, &vn, 4));
+    CHECK(vn == tg, "norm of the gradients after the step %.9g vs the step's total %.9g", vn, tg);
+    dlt_tensor_release(tn);
+    /* an inf in the input: the replay skips, the weights stay, the total is not finite */
+    float w1_before[NH * ND], w1_after[NH * ND];
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_before, sizeof w1_before));
+    x[3] = INFINITY;
+    CHECK_OK(dlt_tensor_copy_from_host(g.x, x, sizeof x));
+    CHECK_OK(dlt_graph_run(graph));
+    CHECK_OK(dlt_tensor_copy_to_host(g.w1, w1_after, sizeof w1_after));
+    CHECK_OK(dlt_tensor_copy_to_host(total, &tg, 4));
+    int32_t applied = -1;
+    CHECK_OK(dlt_optimizer_last_step_applied(g.opt, &applied));
+    CHECK(applied == 0 && !isfinite(tg), "applied %d, total %g", applied, tg);
+    CHECK(memcmp(w1_before, w1_after, sizeof w1_before) == 0, "a skipped replay moved the weights");
+    dlt_tensor_release(total);
+    dlt_graph_destroy(graph);
+    net_free(&g);
+    net_free(&e);
+    dlt_ctx_destroy(cu);
+}
+
 /* A live graph keeps the buffers it captured. The embedding gradient sorts its indices in
  * the context's scratch buffer; a later eager call over many more indices replaces that
  * buffer with a larger one, and the old one must not go back to the pool while a graph
@@ -644,6 +751,7 @@ int main(void) {
     RUN(test_graph_arena_output_outlives_graph);
     RUN(test_graph_capture_failure_gives_arena_back);
     RUN(test_capture_adamw_clip_step);
+    RUN(test_capture_fused_clip_step);
     RUN(test_graph_keeps_buffers_replaced_after_capture);
     RUN(test_graph_casts_parameters_on_every_replay);
     RUN(test_graph_reads_current_cast_copies);

@@ -6,8 +6,9 @@
  * gradients must agree bit for bit. Covered: every option combination; one step over 300
  * parameters of odd sizes (several launches, multi-chunk tensors, scalar tails, parameters
  * without gradients); the autocast copies the kernel writes; the scaler's skip/backoff/
- * growth sequence; lr schedules. Adam/AdamW and clip_grad_norm likewise (their cases, at
- * the end, were written without a GPU and first run on the next GPU session). Whole steps
+ * growth sequence; lr schedules. Adam/AdamW, clip_grad_norm and the optimizer's fused
+ * clipping likewise (their cases, at the end, were written without a GPU and first run on
+ * the next GPU session). Whole steps
  * captured as CUDA graphs are cuda_graph.c's. Every case skips without a GPU.
  */
 #include <math.h>
@@ -630,6 +631,153 @@ static void test_clip_grad_norm_vs_cpu(void) {
     dlt_ctx_destroy(cu);
 }
 
+/* The optimizer's fused clipping (dlt_optimizer_set_clip_grad_norm) on CUDA over 600
+ * parameters (two launches of the clip kernels, three of the step kernels), some without a
+ * gradient at some steps, through a GradScaler with an inf at step 3. Three sides: CUDA
+ * fused (A), CUDA unscale + dlt_clip_grad_norm + step (B), CPU fused (C). A and B run the
+ * same norm kernels, so parameters, state and totals agree bit for bit; A and C as
+ * test_clip_grad_norm_vs_cpu's totals do (1e-5 relative; the inf-norm exact). A's
+ * gradients keep their unscaled values. Written without a GPU (first run on the next GPU
+ * session). */
+static void fused_clip_vs_cpu(int sgd, double norm_type, double max_norm) {
+    CUDA_CTX_OR_SKIP(cu);
+    dlt_ctx *cpu = th_cpu_ctx();
+    dlt_ctx *ctxs[3] = {cu, cu, cpu};
+    enum { NP = 600, STEPS = 4 };
+    static dlt_tensor *p[3][NP];
+    static int64_t ns[NP];
+    dlt_optimizer *o[3];
+    dlt_grad_scaler *sc[3];
+    dlt_tensor *norm_a = NULL, *norm_c = NULL;
+    float *buf = malloc(20000 * sizeof(float)), *got = malloc(20000 * sizeof(float));
+    for (int i = 0; i < NP; i++) {
+        const int64_t sizes[6] = {1, 4096, 4097, 17, 12289, 255};
+        ns[i] = sizes[i % 6] + (i / 6) % 3;
+        for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand();
+        for (int c = 0; c < 3; c++) p[c][i] = th_param_f32(ctxs[c], &ns[i], 1, 0, buf);
+    }
+    for (int c = 0; c < 3; c++) {
+        if (sgd) {
+            CHECK_OK(dlt_sgd_create(p[c], NP, 0.05, 0.9, 0.0, 0.0, 1, 0, &o[c])); /* writes .grad */
+        } else {
+            static dlt_tensor *even[NP / 2], *odd[NP / 2];
+            for (int i = 0; i < NP / 2; i++) {
+                even[i] = p[c][2 * i];
+                odd[i] = p[c][2 * i + 1];
+            }
+            dlt_adamw_options ao;
+            dlt_adamw_options_default(&ao);
+            ao.lr = 6e-4;
+            ao.beta2 = 0.95;
+            ao.weight_decay = 0.1;
+            CHECK_OK(dlt_adamw_create_ex(even, NP / 2, &ao, &o[c]));
+            CHECK_OK(dlt_optimizer_add_param_group(o[c], odd, NP / 2, 2e-3, 0.0));
+        }
+        CHECK_OK(dlt_grad_scaler_create(ctxs[c], 1024.0, 2.0, 0.5, 2000, 1, &sc[c]));
+    }
+    CHECK_OK(dlt_optimizer_set_clip_grad_norm(o[0], max_norm, norm_type));
+    CHECK_OK(dlt_optimizer_set_clip_grad_norm(o[2], max_norm, norm_type));
+    CHECK_OK(dlt_optimizer_grad_norm(o[0], &norm_a));
+    CHECK_OK(dlt_optimizer_grad_norm(o[2], &norm_c));
+    const char *what = sgd ? "SGD nesterov" : "AdamW";
+    for (int step = 1; step <= STEPS; step++) {
+        double scale = 0;
+        CHECK_OK(dlt_grad_scaler_get_scale(sc[0], &scale));
+        for (int i = 0; i < NP; i++) {
+            const int none = (i * 7 + step) % 11 == 0;
+            for (int64_t e = 0; e < ns[i]; e++) buf[e] = frand() * (float)(1 + i % 4) * (float)scale;
+            if (step == 3 && i == 301) buf[ns[i] - 1] = INFINITY;
+            for (int c = 0; c < 3; c++) {
+                if (none) CHECK_OK(dlt_zero_grad(&p[c][i], 1, 1));
+                else th_set_grad(p[c][i], buf);
+            }
+        }
+        dlt_tensor *tb = NULL;
+        CHECK_OK(dlt_grad_scaler_unscale(sc[1], o[1]));
+        CHECK_OK(dlt_clip_grad_norm(p[1], NP, max_norm, norm_type, &tb));
+        for (int c = 0; c < 3; c++) {
+            CHECK_OK(dlt_grad_scaler_step(sc[c], o[c]));
+            CHECK_OK(dlt_grad_scaler_update(sc[c]));
+        }
+        float ta = 0, tbv = 0, tc = 0;
+        CHECK_OK(dlt_tensor_copy_to_host(norm_a, &ta, 4));
+        CHECK_OK(dlt_tensor_copy_to_host(tb, &tbv, 4));
+        CHECK_OK(dlt_tensor_copy_to_host(norm_c, &tc, 4));
+        dlt_tensor_release(tb);
+        const double tol = isinf(norm_type) ? 0.0 : 1e-5;
+        if (step == 3) {
+            CHECK(!isfinite(ta) && !isfinite(tc), "%s step 3 (inf): totals %g / %g", what, ta, tc);
+        } else {
+            CHECK(memcmp(&ta, &tbv, 4) == 0, "%s step %d: fused total %.9g vs clip_grad_norm's %.9g", what, step,
+                  ta, tbv);
+            CHECK(fabs(ta - tc) <= tol * fabs(tc), "%s step %d: total %.9g vs cpu %.9g", what, step, ta, tc);
+            const float coef = (1.0f / (ta + 1e-6f)) * (float)max_norm;
+            CHECK((coef < 1.0f) == (max_norm < 1e30), "%s step %d: coef %g with max_norm %g", what, step, coef,
+                  max_norm);
+        }
+        int32_t applied = -1;
+        CHECK_OK(dlt_optimizer_last_step_applied(o[0], &applied));
+        CHECK(applied == (step != 3), "%s step %d: applied %d", what, step, applied);
+        int bad = 0;
+        for (int i = 0; i < NP && bad < 3; i++) {
+            dlt_tensor *sa[3] = {p[0][i], sgd ? dlt_optimizer_momentum_buffer(o[0], i) : dlt_optimizer_exp_avg(o[0], i),
+                                 sgd ? NULL : dlt_optimizer_exp_avg_sq(o[0], i)};
+            dlt_tensor *sb[3] = {p[1][i], sgd ? dlt_optimizer_momentum_buffer(o[1], i) : dlt_optimizer_exp_avg(o[1], i),
+                                 sgd ? NULL : dlt_optimizer_exp_avg_sq(o[1], i)};
+            dlt_tensor *scc[3] = {p[2][i], sgd ? dlt_optimizer_momentum_buffer(o[2], i) : dlt_optimizer_exp_avg(o[2], i),
+                                  sgd ? NULL : dlt_optimizer_exp_avg_sq(o[2], i)};
+            for (int k = 0; k < 3; k++) {
+                if (!sa[k] || !sb[k] || !scc[k]) {
+                    CHECK((sa[k] == NULL) == (sb[k] == NULL) && (sa[k] == NULL) == (scc[k] == NULL),
+                          "%s step %d param %d: state %d on some sides only", what, step, i, k);
+                    continue;
+                }
+                if (!same_tensor(sa[k], sb[k], k ? "state (fused vs clip + step)" : "param (fused vs clip + step)", i))
+                    bad++;
+                const double e = max_rel_err(sa[k], scc[k]);
+                if (e > 1e-5) {
+                    CHECK(0, "%s step %d param %d state %d: rel err %.3g vs cpu", what, step, i, k, e);
+                    bad++;
+                }
+            }
+            /* unclipped: the unscaled values (SGD's nesterov step writes .grad: as the CPU's) */
+            dlt_tensor *ga = dlt_tensor_grad(p[0][i]);
+            if (ga && !sgd) {
+                CHECK_OK(dlt_tensor_copy_to_host(ga, got, (size_t)ns[i] * 4));
+                float *gc = th_read_f32(dlt_tensor_grad(p[2][i]));
+                if (memcmp(got, gc, (size_t)ns[i] * 4) != 0 && step != 3) {
+                    CHECK(0, "%s step %d: gradient %d differs from the CPU's unclipped one", what, step, i);
+                    bad++;
+                }
+                free(gc);
+            } else if (ga && step != 3 && max_rel_err(ga, dlt_tensor_grad(p[2][i])) > 1e-5) {
+                CHECK(0, "%s step %d: written gradient %d differs from the CPU's", what, step, i);
+                bad++;
+            }
+        }
+    }
+    dlt_tensor_release(norm_a);
+    dlt_tensor_release(norm_c);
+    free(buf);
+    free(got);
+    for (int c = 0; c < 3; c++) {
+        dlt_grad_scaler_destroy(sc[c]);
+        dlt_optimizer_destroy(o[c]);
+        for (int i = 0; i < NP; i++) dlt_tensor_release(p[c][i]);
+    }
+    dlt_ctx_destroy(cpu);
+    dlt_ctx_destroy(cu);
+}
+
+static void test_fused_clip_vs_cpu(void) {
+    const double norms[3] = {2.0, 1.0, INFINITY};
+    for (int sgd = 0; sgd < 2; sgd++)
+        for (int k = 0; k < 3; k++) {
+            fused_clip_vs_cpu(sgd, norms[k], k == 1 ? 50.0 : 0.5); /* clipping at every step */
+            fused_clip_vs_cpu(sgd, norms[k], 1e30);                /* coef 1 */
+        }
+}
+
 int main(void) {
     RUN(test_sgd_all_options);
     RUN(test_multi_tensor_many_params);
@@ -641,5 +789,6 @@ int main(void) {
     RUN(test_adam_vs_cpu);
     RUN(test_adamw_lp_copy_refresh);
     RUN(test_clip_grad_norm_vs_cpu);
+    RUN(test_fused_clip_vs_cpu);
     return th_done();
 }

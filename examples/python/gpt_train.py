@@ -34,7 +34,6 @@ from dltrain.amp import GradScaler, autocast
 from dltrain.data import TokenDataset, TokenLoader, char_dataset
 from dltrain.io import SafeTensors, checkpoint_load, checkpoint_save
 from dltrain.nn import GPT, GPTConfig
-from dltrain.nn.utils import clip_grad_norm_
 from dltrain.optim import AdamW
 
 PROG = "gpt_train"
@@ -188,9 +187,8 @@ class Run:
             self.scaler.scale(scaled_loss).backward()
             if m == o.accum - 1:
                 self.loss_out.copy_(loss)
-        if o.grad_clip > 0:
-            self.scaler.unscale_(self.opt)
-            clip_grad_norm_(self.params, o.grad_clip, 2.0)
+        # clip_grad_norm_ after unscale_ is the optimizer's (set_clip_grad_norm): the scaler's
+        # step unscales, the AdamW step clips
         self.scaler.step(self.opt)
         self.scaler.update()
 
@@ -425,9 +423,10 @@ def main(argv):
         preset = GPTConfig.preset(o.preset)
         same = (preset.n_layer, preset.n_head, preset.n_embd) == (cfg.n_layer, cfg.n_head, cfg.n_embd)
         r.model_name = o.preset if same else "gpt %d/%d/%d" % (cfg.n_layer, cfg.n_head, cfg.n_embd)
-        r.params = list(model.parameters())
         groups = dltrain.optim.nanogpt_param_groups(model, o.weight_decay)
         r.opt = AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=1e-8)
+        if o.grad_clip > 0:  # nanoGPT's clip_grad_norm_(model.parameters(), grad_clip), in the step
+            r.opt.set_clip_grad_norm(o.grad_clip, 2.0)
         r.loss_out = dltrain.zeros((), dtype="f32")
         r.scaler = GradScaler(65536.0, 2.0, 0.5, 2000, enabled=o.amp == "fp16")
         r.opt.schedule_warmup_cosine(o.warmup_iters, o.lr_decay_iters, o.min_lr)

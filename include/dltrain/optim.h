@@ -256,6 +256,44 @@ DLT_API DLT_NODISCARD dlt_status dlt_clip_grad_norm(dlt_tensor *const *params, i
 DLT_API DLT_NODISCARD dlt_status dlt_grad_norm(dlt_tensor *const *params, int32_t n, double norm_type,
                                                dlt_tensor **total);
 
+/**
+ * Gradient clipping as part of the optimizer's step (Keras' global_clipnorm; llm.c folds it
+ * into its AdamW kernel): from the next step on, every dlt_optimizer_step and
+ * dlt_grad_scaler_step first takes the total norm of the gradients of all the optimizer's
+ * parameters (every group; the rules and arithmetic of dlt_clip_grad_norm: parameters
+ * without a gradient skipped, each tensor once, coef = min(max_norm / (total + 1e-6), 1) in
+ * f32), then updates each parameter with grad * coef (one f32 product) in place of grad.
+ * Parameters, momentum buffers and moments get the bits of dlt_clip_grad_norm followed by
+ * the step, without the pass that rewrites every gradient. The one difference from
+ * clip_grad_norm_: the gradients keep their unclipped values (except that SGD with nesterov
+ * and neither maximize nor weight decay writes g*coef + momentum*b into them, as it writes
+ * g + momentum*b without clipping). With a GradScaler the norm is of the unscaled gradients
+ * (the scaler's step unscales first: unscale_, clip, step); a step it skips for inf/NaN
+ * changes nothing, as without clipping (the total is then inf or NaN).
+ * Nothing is read back: the total and the coefficient stay in two device scalars the
+ * optimizer allocates at the first call, so a captured step (graph.h) replays the clipping
+ * too. A captured graph keeps the clipping it was captured with: set, change or clear it
+ * before capturing.
+ * @param max_norm   >= 0; INFINITY is allowed (never clips, still computes the total).
+ * @param norm_type  1, 2 or INFINITY.
+ * @return DLT_OK; DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_ARGUMENT (max_norm negative or NaN,
+ *         norm_type <= 0 or NaN); DLT_ERR_NOT_SUPPORTED (norm_type other than 1, 2, inf);
+ *         DLT_ERR_INVALID_STATE (during graph capture); out of memory. Nothing changes on
+ *         failure.
+ */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_set_clip_grad_norm(dlt_optimizer *opt, double max_norm,
+                                                                  double norm_type);
+/** Turns the optimizer's clipping off (the following steps use the gradients as they are).
+ *  A no-op when it is not set. DLT_ERR_NULL_POINTER; DLT_ERR_INVALID_STATE during graph
+ *  capture. */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_clear_clip_grad_norm(dlt_optimizer *opt);
+/** The total norm the optimizer's clipping took at its last step (0 before the first), as a
+ *  new reference to the optimizer's 0-D f32 device tensor: every step overwrites it, replays
+ *  of a captured step too, so one reference can be read after every step (reading it
+ *  synchronises). Release it with dlt_tensor_release. DLT_ERR_NULL_POINTER;
+ *  DLT_ERR_INVALID_STATE when clipping is not set (dlt_optimizer_set_clip_grad_norm). */
+DLT_API DLT_NODISCARD dlt_status dlt_optimizer_grad_norm(const dlt_optimizer *opt, dlt_tensor **total);
+
 /** nanoGPT's learning-rate function, for iteration t = the applied-step count:
  *    t < warmup_iters:     base * (t + 1) / (warmup_iters + 1)
  *    t > lr_decay_iters:   min_lr

@@ -16,6 +16,9 @@ dlt_status dlt__cpu_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L) {
         return DLT_OK;
     }
     int32_t *steps = (int32_t *)L->steps;
+    /* fused clipping: grad * coef as clip_grad_norm would have left it in the gradient */
+    const int clip = L->clip_coef != NULL;
+    const float coef = clip ? *(const float *)L->clip_coef : 1.0f;
     for (int32_t i = 0; i < L->n; i++) {
         const int32_t g = L->group[i];
         dlt_adamw_scalars s;
@@ -30,7 +33,8 @@ dlt_status dlt__cpu_adamw_step(dlt_ctx *ctx, const dlt_adamw_launch *L) {
         uint16_t *hbf = L->lp_copies[2 * i + 1] ? (uint16_t *)dlt__data(L->lp_copies[2 * i + 1]) : NULL;
         const int64_t n = L->params[i]->numel;
         DLT_PARALLEL_FOR(e, n, 1 << 15) {
-            const float pv = dlt__adamw_elem(&s, p[e], gr[e], &m[e], &v[e]);
+            const float gv = clip ? DLT__FMUL(gr[e], coef) : gr[e];
+            const float pv = dlt__adamw_elem(&s, p[e], gv, &m[e], &v[e]);
             p[e] = pv;
             if (h16) h16[e] = dlt__f32_to_f16(pv);
             if (hbf) hbf[e] = dlt__f32_to_bf16(pv);

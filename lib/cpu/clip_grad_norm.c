@@ -3,7 +3,8 @@
  * of all gradient elements accumulated in double over fixed chunks (summed in chunk
  * order, so the result does not depend on the thread count), rounded to f32; then
  * coef = min((1 / (total + 1e-6)) * max_norm, 1) in f32 (PyTorch's max_norm / tensor is
- * reciprocal times max_norm) and every gradient multiplied by it.
+ * reciprocal times max_norm) and every gradient multiplied by it (or, for the optimizer's
+ * fused clipping, coef stored for its step).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -61,9 +62,11 @@ dlt_status dlt__cpu_clip_grad_norm(dlt_ctx *ctx, const dlt_clip_launch *L) {
     free(start);
     const float total = (float)(norm == DLT_CLIP_NORM_L2 ? sqrt(acc) : acc);
     *(float *)L->total = total;
-    if (!L->scale) return DLT_OK;
+    if (!L->scale && !L->coef) return DLT_OK;
     float coef = DLT__FMUL(DLT__FDIV(1.0f, DLT__FADD(total, 1e-6f)), (float)L->max_norm);
     if (coef > 1.0f) coef = 1.0f; /* clamp(max=1): NaN stays NaN */
+    if (L->coef) *(float *)L->coef = coef; /* the optimizer's fused clipping reads it */
+    if (!L->scale) return DLT_OK;
     for (int32_t i = 0; i < L->n; i++) {
         float *g = (float *)dlt__data(L->grads[i]);
         DLT_PARALLEL_FOR(e, L->grads[i]->numel, 1 << 15) g[e] = DLT__FMUL(g[e], coef);

@@ -25,6 +25,9 @@ dlt_status dlt__cpu_sgd_step(dlt_ctx *ctx, const dlt_sgd_launch *L) {
     const int use_wd = L->weight_decay != 0.0, nesterov = L->nesterov, maximize = L->maximize;
     /* PyTorch's foreach path adds mu*b into .grad itself when nothing copied it before */
     const int write_grad = L->bufs && nesterov && !maximize && !use_wd;
+    /* fused clipping: grad * coef as clip_grad_norm would have left it in the gradient */
+    const int clip = L->clip_coef != NULL;
+    const float coef = clip ? *(const float *)L->clip_coef : 1.0f;
     for (int32_t i = 0; i < L->n; i++) {
         float *p = (float *)dlt__data(L->params[i]);
         float *g = (float *)dlt__data(L->grads[i]);
@@ -34,7 +37,8 @@ dlt_status dlt__cpu_sgd_step(dlt_ctx *ctx, const dlt_sgd_launch *L) {
         uint16_t *hbf = L->lp_copies[2 * i + 1] ? (uint16_t *)dlt__data(L->lp_copies[2 * i + 1]) : NULL;
         const int64_t n = L->params[i]->numel;
         for (int64_t e = 0; e < n; e++) {
-            float gv = maximize ? -g[e] : g[e];
+            const float gc = clip ? g[e] * coef : g[e];
+            float gv = maximize ? -gc : gc;
             if (use_wd) gv = fmaf(wd, p[e], gv);
             if (b) {
                 float bv;

@@ -105,6 +105,9 @@ typedef struct dlt_sgd_launch {
     const void *found_inf;  /* device f32 or NULL: when != 0 nothing changes except
                              * last_applied = 0 */
     const dlt_lr_schedule *schedule; /* NULL, or evaluated into lr after an applied step */
+    const void *clip_coef;  /* device f32 or NULL: the optimizer's fused clipping; the
+                             * update uses grad * clip_coef (one f32 product, the bits a
+                             * clip_grad_norm before the step gives) in place of grad */
 } dlt_sgd_launch;
 
 /* One Adam/AdamW step over the n parameters that have a gradient (one multi-tensor launch
@@ -131,11 +134,14 @@ typedef struct dlt_adamw_launch {
                               * last_applied = 0 */
     const dlt_lr_schedule *schedule; /* NULL, or evaluated into every group's lr after an
                                       * applied step */
+    const void *clip_coef;   /* device f32 or NULL: as dlt_sgd_launch's */
 } dlt_adamw_launch;
 
 /* clip_grad_norm over n fp32 gradients (lib/optim/clip_grad_norm.c): total = the norm of
  * all their elements (norm 1, 2 or inf), written to total (device f32); then every gradient
- * is multiplied by min(max_norm / (total + 1e-6), 1) computed on the device. */
+ * is multiplied by coef = min(max_norm / (total + 1e-6), 1) computed on the device. The
+ * optimizer's fused clipping runs the norm pass alone (scale 0) with coef given, and its
+ * step kernel multiplies by *coef instead. */
 #define DLT_CLIP_NORM_L1 1
 #define DLT_CLIP_NORM_L2 2
 #define DLT_CLIP_NORM_INF 3
@@ -146,6 +152,7 @@ typedef struct dlt_clip_launch {
     void *total;             /* device f32, one element */
     double max_norm;
     int32_t scale;           /* 0: the total only (dlt_grad_norm), gradients untouched */
+    void *coef;              /* device f32 or NULL: receives coef (also with scale 0) */
 } dlt_clip_launch;
 
 /* Group g's lr and schedule base inside a device block. */

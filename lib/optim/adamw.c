@@ -166,6 +166,8 @@ dlt_status dlt__adamw_step_impl(dlt_optimizer *opt, const void *found_inf, const
     L.maximize = opt->maximize;
     L.found_inf = found_inf;
     L.schedule = dlt__schedule_active(&opt->schedule) ? &opt->schedule : NULL;
+    /* fused clipping: the norm of exactly the gradients this step uses, enqueued first */
+    DLT_CHECK(dlt__optimizer_clip_pass(opt, k, func, &L.clip_coef));
     dlt_status st = ctx->be->adamw_step(ctx, &L);
     if (st != DLT_OK) return dlt__err_wrap(st, func);
     for (int32_t j = 0; j < k; j++) {

@@ -50,6 +50,12 @@ struct dlt_optimizer {
     int32_t decoupled, amsgrad;
     dlt_tensor *dev;     /* u8 tensor: dlt_optim_dev, group lrs, then int32 per parameter */
     dlt_lr_schedule schedule; /* host copy; main_kind/warmup say what is active */
+    /* fused gradient clipping (dlt_optimizer_set_clip_grad_norm, clip_grad_norm.c) */
+    int32_t clip_on;     /* 1: every step takes the norm and updates with g * coef */
+    int32_t clip_norm;   /* DLT_CLIP_NORM_* */
+    double clip_max_norm;
+    dlt_tensor *clip_total, *clip_coef; /* f32 [] each, made by the first set and kept until
+                                         * destroy (a captured step holds their addresses) */
 
     /* scratch for building a launch (cap entries each, 2*cap for lp) */
     dlt_tensor **l_params, **l_grads, **l_bufs, **l_bufs2, **l_lp;
@@ -97,6 +103,12 @@ dlt_status dlt__optimizer_after_step(dlt_optimizer *opt, int32_t k, const char *
 /* Creates the zero-filled state tensors slot[i] (parameters with a gradient and none yet),
  * all or nothing. */
 dlt_status dlt__optimizer_alloc_state(dlt_optimizer *opt, dlt_tensor **slot, const char *func);
+/* The fused clipping's norm pass over the k gradients of the launch being built
+ * (opt->l_grads): enqueues the total and the coefficient into opt->clip_total/clip_coef.
+ * *coef receives the coefficient's device address for the step kernel, NULL when clipping
+ * is off or there is no gradient (clip_grad_norm.c). */
+dlt_status dlt__optimizer_clip_pass(dlt_optimizer *opt, int32_t k, const char *func,
+                                    const void **coef);
 /* Kind-specific step implementations (sgd.c, adamw.c). */
 dlt_status dlt__sgd_step_impl(dlt_optimizer *opt, const void *found_inf, const char *func);
 dlt_status dlt__adamw_step_impl(dlt_optimizer *opt, const void *found_inf, const char *func);

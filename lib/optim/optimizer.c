@@ -181,6 +181,8 @@ void dlt_optimizer_destroy(dlt_optimizer *opt) {
         dlt_tensor_release(opt->exp_avg_sq[i]);
     }
     dlt_tensor_release(opt->dev);
+    dlt_tensor_release(opt->clip_total);
+    dlt_tensor_release(opt->clip_coef);
     free(opt->params);
     free(opt->group);
     free(opt->bufs);

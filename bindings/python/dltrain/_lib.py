@@ -296,6 +296,9 @@ _SIGNATURES = {
     "dlt_optimizer_get_group_weight_decay": (STATUS, [PTR, I32, P(F64)]),
     "dlt_clip_grad_norm": (STATUS, [P(PTR), I32, F64, F64, P(PTR)]),
     "dlt_grad_norm": (STATUS, [P(PTR), I32, F64, P(PTR)]),
+    "dlt_optimizer_set_clip_grad_norm": (STATUS, [PTR, F64, F64]),
+    "dlt_optimizer_clear_clip_grad_norm": (STATUS, [PTR]),
+    "dlt_optimizer_grad_norm": (STATUS, [PTR, P(PTR)]),
     "dlt_lr_schedule_warmup_cosine": (STATUS, [PTR, I64, I64, F64]),
     "dlt_lr_schedule_constant": (STATUS, [PTR, F64, I64]),
     # ---- amp.h

@@ -8,6 +8,9 @@
     dltrain.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
+or, the clipping folded into the step (the same numbers; the gradients stay unclipped):
+    opt.set_clip_grad_norm(1.0)      # once; opt.grad_norm() is the last step's total
+
 The optimizer retains its parameters. Its learning rates and step counts live on the device:
 step() and zero_grad() only enqueue work; reading lr or step_count synchronises.
 Parameter groups are PyTorch's list of dicts (own "lr" and "weight_decay" per group; betas
@@ -255,6 +258,27 @@ class Optimizer(Handle):
             arr, n, _, _ = _tensor_array(tensors)
             check(lib.dlt_optimizer_add_param_group(self.handle, arr, n, float(opts["lr"]),
                                                     float(opts["weight_decay"])))
+
+    # ---- clipping fused into the step ------------------------------------------------------
+    def set_clip_grad_norm(self, max_norm, norm_type=2.0):
+        """Clips inside every following step (Keras' global_clipnorm): the step takes the
+        total norm of the optimizer's gradients (norm_type 2, 1 or inf) and updates with
+        grad * min(max_norm / (total + 1e-6), 1), the bits of clip_grad_norm_ then step(),
+        without rewriting the gradients (they keep their unclipped values). Through a
+        GradScaler the norm is of the unscaled gradients. Set it before capturing a graph."""
+        check(lib.dlt_optimizer_set_clip_grad_norm(self.handle, float(max_norm), float(norm_type)))
+
+    def clear_clip_grad_norm(self):
+        """Turns the fused clipping off."""
+        check(lib.dlt_optimizer_clear_clip_grad_norm(self.handle))
+
+    def grad_norm(self):
+        """The total norm the last step took (a 0-D tensor the optimizer's steps overwrite,
+        graph replays too; .item() synchronises). Raises InvalidArgument (code
+        ERR_INVALID_STATE) unless set_clip_grad_norm is in effect."""
+        out = ctypes.c_void_p()
+        check(lib.dlt_optimizer_grad_norm(self.handle, ctypes.byref(out)))
+        return Tensor._wrap(out.value, self.ctx)
 
     # ---- schedules -----------------------------------------------------------------------
     def schedule_step(self, step_size, gamma=0.1):

@@ -1,5 +1,6 @@
-"""Adam/AdamW, parameter groups, clip_grad_norm_ and the nanoGPT schedule through the
-binding, against float64 loops of PyTorch's formulas (the C tests check the bits)."""
+"""Adam/AdamW, parameter groups, clip_grad_norm_ (and its fused form,
+Optimizer.set_clip_grad_norm) and the nanoGPT schedule through the binding, against float64
+loops of PyTorch's formulas (the C tests check the bits)."""
 
 import math
 
@@ -147,6 +148,73 @@ def test_clip_grad_norm_matches_float64():
     else:
         raise AssertionError("a non-finite norm did not raise")
     assert _flat(a.grad) == before
+
+
+def test_fused_clip_grad_norm_matches_clip_then_step():
+    """opt.set_clip_grad_norm: the same parameters as clip_grad_norm_ + step (bit for bit on
+    the CPU), the gradients left unclipped, opt.grad_norm() the total; the GradScaler path;
+    errors; clear."""
+    require("dlt_optimizer_set_clip_grad_norm", "dlt_optimizer_grad_norm")
+    from dltrain import errors
+    ctx = cpu()
+    w0, g0 = [[0.5, -1.0, 2.0], [0.25, 3.0, -0.5]], [[3.0, 4.0, 0.0], [-12.0, 1.0, 2.0]]
+    want_total = math.sqrt(9 + 16 + 144 + 1 + 4)
+    for make in (lambda ps: dltrain.optim.AdamW(ps, lr=1e-2),
+                 lambda ps: dltrain.optim.SGD(ps, lr=0.1, momentum=0.9)):
+        a = dltrain.tensor(w0, ctx=ctx).requires_grad_()
+        b = dltrain.tensor(w0, ctx=ctx).requires_grad_()
+        fused, ref = make([a]), make([b])
+        fused.set_clip_grad_norm(1.0)
+        total = fused.grad_norm()
+        assert total.ndim == 0 and total.item() == 0.0
+        for step in range(3):
+            g = [[v * (step + 1) for v in row] for row in g0]
+            for p in (a, b):
+                dltrain.zero_grad([p])
+                p.backward(dltrain.tensor(g, ctx=ctx))
+            ref_total = clip_grad_norm_([b], 1.0)
+            ref.step()
+            fused.step()
+            assert _flat(a) == _flat(b), (fused.kind, step, _flat(a), _flat(b))
+            assert _flat(a.grad) == _flat(dltrain.tensor(g, ctx=ctx))  # not clipped
+            assert total.item() == ref_total.item()  # the same tensor, overwritten
+            assert abs(total.item() - want_total * (step + 1)) < 1e-5 * want_total * (step + 1)
+        fused.clear_clip_grad_norm()
+        try:
+            fused.grad_norm()
+        except errors.InvalidArgument as e:
+            assert e.code == errors.ERR_INVALID_STATE and "set_clip_grad_norm" in str(e), e
+        else:
+            raise AssertionError("grad_norm() without clipping did not raise")
+    # the GradScaler: unscale, clip, step == the scaler's step with the clipping fused
+    a = dltrain.tensor(w0, ctx=ctx).requires_grad_()
+    b = dltrain.tensor(w0, ctx=ctx).requires_grad_()
+    fused, ref = dltrain.optim.AdamW([a], lr=1e-2), dltrain.optim.AdamW([b], lr=1e-2)
+    fused.set_clip_grad_norm(2.0, norm_type=float("inf"))
+    s1, s2 = (dltrain.amp.GradScaler(init_scale=1024.0, ctx=ctx) for _ in range(2))
+    for p in (a, b):
+        p.backward(dltrain.tensor([[v * 1024.0 for v in row] for row in g0], ctx=ctx))
+    s2.unscale_(ref)
+    clip_grad_norm_([b], 2.0, norm_type=float("inf"))
+    s2.step(ref)
+    s1.step(fused)
+    assert _flat(a) == _flat(b) and fused.grad_norm().item() == 12.0
+    # errors: the library's words, nothing set
+    opt = dltrain.optim.SGD([dltrain.tensor([1.0], ctx=ctx).requires_grad_()], lr=0.1)
+    for bad, exc in (((-1.0, 2.0), errors.InvalidArgument), ((1.0, 0.0), errors.InvalidArgument),
+                     ((1.0, 3.0), errors.NotSupported)):
+        try:
+            opt.set_clip_grad_norm(*bad)
+        except exc:
+            pass
+        else:
+            raise AssertionError("set_clip_grad_norm%r was accepted" % (bad,))
+    try:
+        opt.grad_norm()
+    except errors.InvalidArgument:
+        pass
+    else:
+        raise AssertionError("a failed set_clip_grad_norm turned clipping on")
 
 
 def test_warmup_cosine_schedule_is_nanogpts():
