@@ -14,13 +14,20 @@
  * rows again in f16 and bf16 with only that fast path on (dlt_ctx_set_flash_sdp,
  * dlt_ctx_set_cudnn_sdp; the reference kernels serve what it cannot), same tolerances, plus
  * a check that on an sm_80+ device it really served chosen cases (its output is not
- * bitwise the reference's: P is rounded to the dtype before P V).
+ * bitwise the reference's: P is rounded to the dtype before P V). "embedding_bits": the CUDA
+ * gradient of embedding bit for bit against a host f32 sum in the order cuda/embedding.cu
+ * documents (the table above compares it with the CPU's double sums by tolerance), at GPT-2's
+ * shapes and others that take each of its kernels; a CUDA device only (the CPU backend sums
+ * in double: the self-test skips it).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "../lib/kernel/half.h" /* the CPU backend's conversions, bit-exact with CUDA's */
 #include "harness.h"
 #include "ops/op_common.h"
+#include "splitmix.h"
 
 static const struct {
     int32_t dtype;
@@ -279,6 +286,138 @@ static void sdp_pass(sdp_setter path, const char *name, const char *const *engag
         printf("Bail out! %s\n", dlt_last_error());
 }
 
+/* ---- embedding_bits: the embedding gradient's bits ---- */
+
+/* idx: uniform in [0, V) (period 0; Zipf-like when zipf is set: V * u^3, runs of hundreds
+ * for the first rows), or i % period (GPT-2's positions) */
+static const struct {
+    const char *name;
+    int64_t V, D, n, period;
+    int32_t zipf;
+    int64_t padding_idx; /* DLT_NO_PADDING_IDX or a row */
+} EMB_BITS[] = {
+    {"GPT-2 wte: 50304 rows of 768, 16384 uniform indices (vector kernel, runs of ~1)", 50304, 768, 16384, 0, 0,
+     DLT_NO_PADDING_IDX},
+    {"GPT-2 wpe: 1024 rows of 768, positions i % 1024 (vector kernel, runs of 16)", 1024, 768, 16384, 1024, 0,
+     DLT_NO_PADDING_IDX},
+    {"50304 rows of 768, 16384 Zipf-like indices (vector kernel, long runs too)", 50304, 768, 16384, 0, 1,
+     DLT_NO_PADDING_IDX},
+    {"Shakespeare: 65 rows of 384, 16384 indices (scalar kernel, long runs)", 65, 384, 16384, 0, 0,
+     DLT_NO_PADDING_IDX},
+    {"64 rows of 264, 1024 indices, padding 7 (vector kernel, slices grouped)", 64, 264, 1024, 0, 0, 7},
+    {"2000 rows of 130, 3000 indices (scalar kernel: rows not 16-byte vectors)", 2000, 130, 3000, 0, 0,
+     DLT_NO_PADDING_IDX},
+    {"40 rows of 12, 300 indices, padding -1 (f32: vector kernel; f16/bf16: scalar)", 40, 12, 300, 0, 0, -1},
+};
+static int g_emb_bits;
+
+static float emb_dec(int32_t dt, const void *raw, int64_t i) {
+    if (dt == DLT_F16) return dlt__f16_to_f32(((const uint16_t *)raw)[i]);
+    if (dt == DLT_BF16) return dlt__bf16_to_f32(((const uint16_t *)raw)[i]);
+    return ((const float *)raw)[i];
+}
+static void emb_enc(int32_t dt, void *raw, int64_t i, float f) {
+    if (dt == DLT_F16) ((uint16_t *)raw)[i] = dlt__f32_to_f16(f);
+    else if (dt == DLT_BF16) ((uint16_t *)raw)[i] = dlt__f32_to_bf16(f);
+    else ((float *)raw)[i] = f;
+}
+
+/* want = the gradient after one more backward into old (NULL: beta 0, the buffer zeroed):
+ * per row v, its positions in order; a run of at most 16 adds old then the rows in order, a
+ * longer one sums rows k = w mod 8 from 0.0f for w = 0..7 and adds old then the eight sums
+ * in order; all in f32, rounded once to dt. */
+static void emb_bits_ref(int32_t dt, int64_t V, int64_t D, int64_t n, const int64_t *idx, int64_t pad,
+                         const float *u, const void *old, void *want) {
+    const size_t es = dt == DLT_F32 ? 4 : 2;
+    int64_t *start = calloc((size_t)V + 1, sizeof *start), *at = malloc((size_t)V * sizeof *at),
+            *order = malloc((size_t)n * sizeof *order);
+    for (int64_t i = 0; i < n; i++) start[idx[i] + 1]++;
+    for (int64_t v = 0; v < V; v++) start[v + 1] += start[v], at[v] = start[v];
+    for (int64_t i = 0; i < n; i++) order[at[idx[i]]++] = i;
+    if (old) memcpy(want, old, (size_t)(V * D) * es);
+    else memset(want, 0, (size_t)(V * D) * es);
+    for (int64_t v = 0; v < V; v++) {
+        const int64_t r0 = start[v], r1 = start[v + 1];
+        if (r0 == r1 || v == pad) continue;
+        for (int64_t j = 0; j < D; j++) {
+            float acc = old ? emb_dec(dt, old, v * D + j) : 0.0f;
+            if (r1 - r0 <= 16) {
+                for (int64_t r = r0; r < r1; r++) acc += u[order[r] * D + j];
+            } else {
+                float part[8] = {0};
+                for (int64_t r = r0; r < r1; r++) part[(r - r0) % 8] += u[order[r] * D + j];
+                for (int w = 0; w < 8; w++) acc += part[w];
+            }
+            emb_enc(dt, want, v * D + j, acc);
+        }
+    }
+    free(start);
+    free(at);
+    free(order);
+}
+
+static void emb_bits_compare(const char *what, int32_t dt, int64_t D, const void *got, const void *want, int64_t m) {
+    const size_t es = dt == DLT_F32 ? 4 : 2;
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < m; i++) {
+        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) == 0) continue;
+        if (first < 0) first = i;
+        bad++;
+    }
+    CHECK(bad == 0, "%s: %lld of %lld elements differ from the f32 order's bits, first at row %lld col %lld: %.9g, "
+          "want %.9g", what, (long long)bad, (long long)m, (long long)(first / D), (long long)(first % D),
+          bad ? emb_dec(dt, got, first) : 0.0, bad ? emb_dec(dt, want, first) : 0.0);
+}
+
+static void embedding_bits(void) {
+    if (!g_dev) SKIP("%s", g_no_dev);
+    if (dlt_ctx_device_type(g_dev) != DLT_DEVICE_CUDA) SKIP("self-test: the CPU backend sums in double");
+    const int64_t V = EMB_BITS[g_emb_bits].V, D = EMB_BITS[g_emb_bits].D, n = EMB_BITS[g_emb_bits].n;
+    const int64_t period = EMB_BITS[g_emb_bits].period, praw = EMB_BITS[g_emb_bits].padding_idx;
+    const int64_t pad = praw == DLT_NO_PADDING_IDX ? -1 : praw < 0 ? praw + V : praw;
+    const int32_t dt = g_dtype;
+    const size_t es = dt == DLT_F32 ? 4 : 2, wbytes = (size_t)(V * D) * es;
+    seed(ot_hash(EMB_BITS[g_emb_bits].name) ^ (uint64_t)dt);
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    for (int64_t i = 0; i < n; i++) {
+        const double r = urand();
+        idx[i] = period ? i % period : (int64_t)(V * (EMB_BITS[g_emb_bits].zipf ? r * r * r : r));
+    }
+    /* the upstream gradient: values of dt (the device's cast from f32 is then exact) of
+     * magnitudes 2^-6 .. 2^3, so that another order of additions shows in 16-bit results too */
+    float *u = malloc((size_t)(n * D) * sizeof *u);
+    for (int64_t i = 0; i < n * D; i++) {
+        const float f = (float)ldexp(2 * urand() - 1, (int)(urand() * 10) - 6);
+        u[i] = dt == DLT_F16    ? dlt__f16_to_f32(dlt__f32_to_f16(f))
+               : dt == DLT_BF16 ? dlt__bf16_to_f32(dlt__f32_to_bf16(f))
+                                : f;
+    }
+    const int64_t ws[2] = {V, D}, ys[2] = {n, D};
+    dlt_tensor *w = NULL, *it = NULL, *uf = NULL, *ut = NULL, *y = NULL;
+    CHECK_OK(dlt_tensor_zeros(g_dev, dt, ws, 2, DLT_FORMAT_CONTIGUOUS, &w));
+    CHECK_OK(dlt_tensor_set_requires_grad(w, 1));
+    CHECK_OK(dlt_tensor_from_host(g_dev, DLT_I64, &n, 1, DLT_FORMAT_CONTIGUOUS, idx, (size_t)n * sizeof *idx, &it));
+    CHECK_OK(dlt_tensor_from_host(g_dev, DLT_F32, ys, 2, DLT_FORMAT_CONTIGUOUS, u, (size_t)(n * D) * sizeof *u, &uf));
+    CHECK_OK(dlt_tensor_cast(uf, dt, &ut));
+    void *g1 = malloc(wbytes), *g2 = malloc(wbytes), *want = malloc(wbytes);
+    /* first backward: beta 0 (the leaf has no gradient yet); second: beta 1, into it */
+    CHECK_OK(dlt_embedding(w, it, praw, &y));
+    CHECK_OK(dlt_backward(y, ut));
+    dlt_tensor_release(y);
+    y = NULL;
+    CHECK_OK(dlt_tensor_copy_to_host(dlt_tensor_grad(w), g1, wbytes));
+    emb_bits_ref(dt, V, D, n, idx, pad, u, NULL, want);
+    emb_bits_compare("first backward", dt, D, g1, want, V * D);
+    CHECK_OK(dlt_embedding(w, it, praw, &y));
+    CHECK_OK(dlt_backward(y, ut));
+    CHECK_OK(dlt_tensor_copy_to_host(dlt_tensor_grad(w), g2, wbytes));
+    emb_bits_ref(dt, V, D, n, idx, pad, u, g1, want);
+    emb_bits_compare("second backward (accumulated)", dt, D, g2, want, V * D);
+    dlt_tensor_release(y);
+    dlt_tensor_release(w), dlt_tensor_release(it), dlt_tensor_release(uf), dlt_tensor_release(ut);
+    free(idx), free(u), free(g1), free(g2), free(want);
+}
+
 int main(void) {
     if (dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &g_cpu) != DLT_OK) {
         printf("Bail out! no CPU context: %s\n", dlt_last_error());
@@ -317,6 +456,14 @@ int main(void) {
                  g_case->name);
         th_run(cudnn_deterministic, label);
     }
+    for (size_t i = 0; th_group_on("embedding_bits") && i < sizeof EMB_BITS / sizeof EMB_BITS[0]; i++)
+        for (size_t d = 0; d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
+            g_emb_bits = (int)i;
+            g_dtype = DTYPES[d].dtype;
+            snprintf(label, sizeof label, "embedding/%s %s (cuda bit for bit: the kernels' f32 order)",
+                     EMB_BITS[i].name, dlt_dtype_name(g_dtype));
+            th_run(embedding_bits, label);
+        }
     dlt_ctx_destroy(g_dev);
     dlt_ctx_destroy(g_cpu);
     return th_done();

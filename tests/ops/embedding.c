@@ -31,7 +31,8 @@ static const ot_case CASES[] = {
     {"5 rows of 70, 5000 i64 indices (long runs)", fwd, ref, 2, {{OT_X, 2, {5, 70}, 0, 0, 0}, {OT_I64, 1, {5000}, 0, 5, 0}},
      2, {5000, 70}, -1, {DLT_NO_PADDING_IDX}, .flags = OT_NO_FD},
     /* rows of 300: two groups of eight 32-column tiles, short runs (a warp per tile) and
-     * long ones (the warps over the rows, 34 per run) */
+     * long ones (the warps over the rows, 34 per run); in f32 the first is CUDA's vector
+     * backward's (75 vectors: three slices, the last of 11) */
     {"7 rows of 300, 40 indices (short runs, two tile groups)", fwd, ref, 2,
      {{OT_X, 2, {7, 300}, 0, 0, 0}, {OT_I64, 1, {40}, 0, 7, 0}}, 2, {40, 300}, -1, {DLT_NO_PADDING_IDX},
      .flags = OT_NO_FD},
@@ -46,13 +47,40 @@ static const ot_case CASES[] = {
     {"padding_idx -1 (the last row), i64", fwd, ref, 2, {{OT_X, 2, {5, 33}, 0, 0, 0}, {OT_I64, 1, {40}, 0, 5, 0}}, 2,
      {40, 33}, -1, {-1}, {0}, 0, OT_NO_REF},
     /* rows of whole 16-byte vectors (8 and 24 values: every dtype; 12: f32 only) take
-     * CUDA's vector kernel; 130, 70, 33 above do not */
+     * CUDA's vector kernels (the forward's; the backward's too, n <= 16 V); 130, 70, 33 above
+     * do not */
     {"rows of 8, i64", fwd, ref, 2, {{OT_X, 2, {6, 8}, 0, 0, 0}, {OT_I64, 2, {3, 5}, 0, 6, 0}}, 3, {3, 5, 8}, -1,
      {DLT_NO_PADDING_IDX}},
     {"rows of 24, i32", fwd, ref, 2, {{OT_X, 2, {5, 24}, 0, 0, 0}, {OT_I32, 1, {11}, 0, 5, 0}}, 2, {11, 24}, -1,
      {DLT_NO_PADDING_IDX}},
     {"rows of 12, i64", fwd, ref, 2, {{OT_X, 2, {4, 12}, 0, 0, 0}, {OT_I64, 1, {9}, 0, 4, 0}}, 2, {9, 12}, -1,
      {DLT_NO_PADDING_IDX}},
+    /* CUDA's vector backward (rows of whole 16-byte vectors, n <= 16 V): a block per 32
+     * sorted positions and slices of 32 vectors. Runs of ~1 (GPT-2's words; the first
+     * backward starts from 0, the table's second one accumulates: beta 1) */
+    {"2000 rows of 64, 300 indices (vector backward, runs of ~1)", fwd, ref, 2,
+     {{OT_X, 2, {2000, 64}, 0, 0, 0}, {OT_I64, 1, {300}, 0, 2000, 0}}, 2, {300, 64}, -1, {DLT_NO_PADDING_IDX},
+     .flags = OT_NO_FD},
+    /* n = 16 V: runs of 16 +- 4, both sides of EMB_SHORT (a warp per short run, the eight
+     * warps over a long one), crossing the 32-position chunks; rows of 264: f32 66 vectors
+     * (three slices, the last of 2, grouped in one block), f16/bf16 33 (two) */
+    {"64 rows of 264, 1024 indices (vector backward, short and long runs, slices grouped)", fwd, ref, 2,
+     {{OT_X, 2, {64, 264}, 0, 0, 0}, {OT_I64, 1, {1024}, 0, 64, 0}}, 2, {1024, 264}, -1, {DLT_NO_PADDING_IDX},
+     .flags = OT_NO_FD},
+    /* indices in 3 of 64 rows (n <= 16 V still): runs of ~330 in the vector backward, their
+     * positions staged 256 at a time */
+    {"64 rows of 40, 1000 indices in rows 0..2 (vector backward, runs of ~330)", fwd, ref, 2,
+     {{OT_X, 2, {64, 40}, 0, 0, 0}, {OT_I32, 1, {1000}, 0, 3, 0}}, 2, {1000, 40}, -1, {DLT_NO_PADDING_IDX},
+     .flags = OT_NO_FD},
+    /* padding_idx in the vector backward: on a short-run row, and on a long run's */
+    {"padding_idx 3, 40 rows of 16, 600 indices (vector backward)", fwd, ref, 2,
+     {{OT_X, 2, {40, 16}, 0, 0, 0}, {OT_I64, 1, {600}, 0, 40, 0}}, 2, {600, 16}, -1, {3}, {0}, 0, OT_NO_REF},
+    {"padding_idx 1, 64 rows of 32, 900 indices in rows 0..3 (vector backward, long runs)", fwd, ref, 2,
+     {{OT_X, 2, {64, 32}, 0, 0, 0}, {OT_I64, 1, {900}, 0, 4, 0}}, 2, {900, 32}, -1, {1}, {0}, 0, OT_NO_REF},
+    /* rows of 20: whole vectors in f32 only (f16/bf16 take the scalar backward), n <= 16 V */
+    {"50 rows of 20, 200 indices (f32 vector backward, f16/bf16 scalar)", fwd, ref, 2,
+     {{OT_X, 2, {50, 20}, 0, 0, 0}, {OT_I32, 2, {10, 20}, 0, 50, 0}}, 3, {10, 20, 20}, -1, {DLT_NO_PADDING_IDX},
+     .flags = OT_NO_FD},
     {"empty indices", fwd, ref, 2, {{OT_X, 2, {4, 3}, 0, 0, 0}, {OT_I64, 2, {2, 0}, 0, 4, 0}}, 3, {2, 0, 3}, -1,
      {DLT_NO_PADDING_IDX}},
 };
