@@ -146,11 +146,12 @@ __global__ void __launch_bounds__(FIN_COLS *FIN_ROWS) ln_bwd_final_kernel(void *
 
 constexpr int LN_VEC_THREADS = 128;  /* 4 warps: a row each */
 /* backward blocks, each a row of dweight/dbias partial sums. The kernel is memory-bound and
- * holds ~124 registers per thread (f32 rows of 768), so 4 blocks (16 warps) fit an SM: 512
+ * holds 113 registers per thread (f32 rows of 768), so 4 blocks (16 warps) fit an SM: 512
  * blocks keep an H200's 132 SMs full in one wave (256 left them half empty: 1.7 TB/s) */
 constexpr int LN_VEC_MAX_BLOCKS = 512;
-constexpr int LN_VEC_MAX_ELEMS = 32; /* row elements per lane: the backward keeps 4 such arrays
-                                      * in registers (more spilled, ptxas sm_90) */
+constexpr int LN_VEC_MAX_ELEMS = 32; /* row elements per lane: the backward keeps 3 such arrays
+                                      * in registers (dy, x, the incoming gradient; 148
+                                      * registers at 32, ptxas sm_90) */
 
 /* V elements of TY at p (V * sizeof(TY) bytes: 8, 16 or 32, aligned so) to or from floats */
 template <typename TY, int V> __device__ __forceinline__ void loadv(float (&o)[V], const TY *p) {
@@ -250,7 +251,8 @@ __global__ void __launch_bounds__(LN_VEC_THREADS) ln_fwd_vec_kernel(TY *y, float
  * sums (prev after them cost a second latency per row: 73 us for GPT-2's 16384 x 768 f32
  * rows on an H200, 2.7 TB/s). The column sums run in shared memory, a [2][N] slice per warp
  * that only its lanes touch (each lane owns its columns), added warp by warp at the end: the
- * registers left are the row's three arrays (124 registers per thread before). */
+ * registers left are the row's three arrays (124 registers per thread before, 113 after;
+ * 62 us per call after, H200). */
 template <typename T, typename TY, typename W, int NV>
 __global__ void __launch_bounds__(LN_VEC_THREADS) ln_bwd_vec_kernel(T *dx, const T *prev, TY *dcast, float *partial,
                                                                     const TY *dy, const T *x, const float *mean,

@@ -51,9 +51,6 @@ dlt_status gpt_step_init(gpt_step *s, double lr, double beta1, double beta2, dou
     if (st == DLT_OK && s->grad_clip > 0) st = dlt_optimizer_set_clip_grad_norm(s->opt, s->grad_clip, 2.0);
     if (st == DLT_OK) st = dlt_tensor_zeros(s->ctx, DLT_F32, NULL, 0, 0, &s->loss_out);
     if (st == DLT_OK) {
-        s->params = p;
-        s->n_params = n;
-        p = NULL;
         if (n_decay) *n_decay = ed;
         if (n_nodecay) *n_nodecay = er;
     }
@@ -67,10 +64,8 @@ done:
 void gpt_step_fini(gpt_step *s) {
     dlt_optimizer_destroy(s->opt);
     dlt_tensor_release(s->loss_out);
-    free(s->params);
     s->opt = NULL;
     s->loss_out = NULL;
-    s->params = NULL;
 }
 
 /* One micro-step: forward under autocast, loss / accum, scaled backward. */

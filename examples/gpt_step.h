@@ -30,8 +30,6 @@ typedef struct gpt_step {
     dlt_optimizer *opt;
     dlt_grad_scaler *scaler;
     dlt_token_loader *loader;
-    dlt_tensor **params; /* the model's parameters (owned array, borrowed tensors) */
-    int32_t n_params;
     int32_t amp;          /* DLT_BF16, DLT_F16 (with the scaler) or DLT_F32 (no autocast) */
     int64_t accum;        /* micro-steps per optimizer step */
     double grad_clip;     /* 0: no clipping; read by gpt_step_init (set it before) */
@@ -44,7 +42,7 @@ typedef struct gpt_step {
 /* nanoGPT's configure_optimizers: AdamW(lr, betas, eps 1e-8) over two parameter groups,
  * weight_decay on the tensors with 2 or more dimensions (matmul weights, embeddings) and 0
  * on the rest (biases, LayerNorm), clipping at s->grad_clip when it is > 0 (2-norm, in the
- * step). Fills s->params, s->n_params, s->opt and s->loss_out.
+ * step). Fills s->opt and s->loss_out.
  * *n_decay / *n_nodecay (may be NULL) receive the element counts of the two groups. */
 dlt_status gpt_step_init(gpt_step *s, double lr, double beta1, double beta2, double weight_decay,
                          int64_t *n_decay, int64_t *n_nodecay);

@@ -78,6 +78,21 @@ static void net_make(net *n, dlt_ctx *ctx, const float *x, const int32_t *y, con
     CHECK_OK(dlt_grad_scaler_create(ctx, 256.0, 2.0, 0.5, 3, 1, &n->sc));
 }
 
+/* Two identical nets from one random draw: g for the graph, e the eager reference. x (NB x
+ * ND) is the caller's, which may change it later; the labels are (i * label_mul) % NK. */
+static void net_pair_make(net *g, net *e, dlt_ctx *cu, float *x, int label_mul) {
+    static float w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
+    static int32_t y[NB];
+    for (int i = 0; i < NB * ND; i++) x[i] = frand();
+    for (int i = 0; i < NB; i++) y[i] = (int32_t)((i * label_mul) % NK);
+    for (int i = 0; i < NH * ND; i++) w1[i] = frand() * 0.25f;
+    for (int i = 0; i < NH; i++) b1[i] = frand() * 0.25f;
+    for (int i = 0; i < NK * NH; i++) w2[i] = frand() * 0.18f;
+    for (int i = 0; i < NK; i++) b2[i] = frand() * 0.18f;
+    net_make(g, cu, x, y, w1, b1, w2, b2);
+    net_make(e, cu, x, y, w1, b1, w2, b2);
+}
+
 static void net_free(net *n) {
     dlt_grad_scaler_destroy(n->sc);
     dlt_optimizer_destroy(n->opt);
@@ -137,17 +152,9 @@ static void capture_whole_step(int arena) {
         th_case_skipped = 1;
         longjmp(th_jmp, 1);
     }
-    static float x[NB * ND], w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
-    static int32_t y[NB];
-    for (int i = 0; i < NB * ND; i++) x[i] = frand();
-    for (int i = 0; i < NB; i++) y[i] = (int32_t)((i * 7) % NK);
-    for (int i = 0; i < NH * ND; i++) w1[i] = frand() * 0.25f;
-    for (int i = 0; i < NH; i++) b1[i] = frand() * 0.25f;
-    for (int i = 0; i < NK * NH; i++) w2[i] = frand() * 0.18f;
-    for (int i = 0; i < NK; i++) b2[i] = frand() * 0.18f;
+    static float x[NB * ND];
     net g, e;
-    net_make(&g, cu, x, y, w1, b1, w2, b2);
-    net_make(&e, cu, x, y, w1, b1, w2, b2);
+    net_pair_make(&g, &e, cu, x, 7);
     dlt_graph *graph = NULL;
     CHECK_OK(graph_create_logged(cu, net_step, &g, &graph));
     REQUIRE(dlt_graph_is_captured(graph) == 1, "the step was not captured: %s", g_logs);
@@ -365,17 +372,9 @@ static void net_use_adamw(net *n) {
 
 static void test_capture_adamw_clip_step(void) {
     CUDA_CTX_OR_SKIP(cu);
-    static float x[NB * ND], w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
-    static int32_t y[NB];
-    for (int i = 0; i < NB * ND; i++) x[i] = frand();
-    for (int i = 0; i < NB; i++) y[i] = (int32_t)((i * 3) % NK);
-    for (int i = 0; i < NH * ND; i++) w1[i] = frand() * 0.25f;
-    for (int i = 0; i < NH; i++) b1[i] = frand() * 0.25f;
-    for (int i = 0; i < NK * NH; i++) w2[i] = frand() * 0.18f;
-    for (int i = 0; i < NK; i++) b2[i] = frand() * 0.18f;
+    static float x[NB * ND];
     net g, e;
-    net_make(&g, cu, x, y, w1, b1, w2, b2);
-    net_make(&e, cu, x, y, w1, b1, w2, b2);
+    net_pair_make(&g, &e, cu, x, 3);
     net_use_adamw(&g);
     net_use_adamw(&e);
     dlt_graph *graph = NULL;
@@ -461,17 +460,9 @@ static dlt_status net_step_clip_eager(net *n, float *total) {
 
 static void test_capture_fused_clip_step(void) {
     CUDA_CTX_OR_SKIP(cu);
-    static float x[NB * ND], w1[NH * ND], b1[NH], w2[NK * NH], b2[NK];
-    static int32_t y[NB];
-    for (int i = 0; i < NB * ND; i++) x[i] = frand();
-    for (int i = 0; i < NB; i++) y[i] = (int32_t)((i * 7) % NK);
-    for (int i = 0; i < NH * ND; i++) w1[i] = frand() * 0.25f;
-    for (int i = 0; i < NH; i++) b1[i] = frand() * 0.25f;
-    for (int i = 0; i < NK * NH; i++) w2[i] = frand() * 0.18f;
-    for (int i = 0; i < NK; i++) b2[i] = frand() * 0.18f;
+    static float x[NB * ND];
     net g, e;
-    net_make(&g, cu, x, y, w1, b1, w2, b2);
-    net_make(&e, cu, x, y, w1, b1, w2, b2);
+    net_pair_make(&g, &e, cu, x, 7);
     net_use_adamw(&g);
     net_use_adamw(&e);
     float te = 0, tg = 0;
