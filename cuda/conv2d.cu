@@ -15,10 +15,11 @@
  * deterministic, slow: a safety net, not a fast path).
  *
  * Plans: one per (direction, dtype, formats, dims, conv params, beta, alignments, tf32,
- * deterministic) in the context's cache. conv2d_bwd_filter with beta=1 uses the
- * operation's BETA; if no engine takes beta=1, a beta=0 plan writes into the workspace and
- * our kernel adds it to dw. DLT_CONV_IMPL=native forces the fallback kernels (testing);
- * DLT_CONV_IMPL=cudnn turns "no plan" into an error instead of a fallback.
+ * deterministic) in the context's cache. The backward passes with beta=1 (dw accumulating,
+ * dx adding into a residual branch's gradient) use the operation's BETA; if no engine
+ * takes beta=1, a beta=0 plan writes into the workspace and our kernel adds it. DLT_CONV_IMPL=native forces the fallback kernels (testing);
+ * DLT_CONV_IMPL=cudnn turns "no plan" into an error instead of a fallback. In the default
+ * selection a convolution with a one-pixel output runs as GEMMs instead (conv2d_gemm.cu).
  *
  * conv2d_bwd_bias: db[k] (+)= sum over N,P,Q of dy, as per-block partial sums in a fixed
  * partition (scratch memory) and one ordered pass over the partials: deterministic, no
@@ -98,7 +99,7 @@ __global__ void conv_fwd_direct(T *y, const T *x, const T *w, const T *b, Geo g,
 }
 
 template <typename T>
-__global__ void conv_bwd_data_direct(T *dx, const T *dy, const T *w, Geo g, int64_t total) {
+__global__ void conv_bwd_data_direct(T *dx, const T *dy, const T *w, Geo g, int64_t total, int beta) {
     DLT_GRID_STRIDE(i, total) {
         const int64_t ww = i % g.W, h = (i / g.W) % g.H, c = (i / (g.W * g.H)) % g.C,
                       n = i / (g.W * g.H * g.C);
@@ -121,7 +122,8 @@ __global__ void conv_bwd_data_direct(T *dx, const T *dy, const T *w, Geo g, int6
                 }
             }
         }
-        dx[off4(g.clx, n, c, h, ww, g.C, g.H, g.W)] = from_f<T>(acc);
+        T *o = &dx[off4(g.clx, n, c, h, ww, g.C, g.H, g.W)];
+        *o = from_f<T>(beta ? acc + to_f<T>(*o) : acc);
     }
 }
 
@@ -385,7 +387,7 @@ dlt_status launch_direct(dlt_ctx *ctx, int dir, const dlt_tensor *x, const dlt_t
         const int64_t total = x->numel;
         DLT_DISPATCH_FLOAT(x->dtype, T,
             conv_bwd_data_direct<T><<<grid_for(total, 256), 256, 0, st>>>(
-                (T *)dlt__data(x), (const T *)dlt__data(y), (const T *)dlt__data(w), g, total));
+                (T *)dlt__data(x), (const T *)dlt__data(y), (const T *)dlt__data(w), g, total, beta));
     } else {
         const int64_t total = w->numel;
         DLT_DISPATCH_FLOAT(x->dtype, T,
@@ -406,6 +408,45 @@ dlt_status add_bias(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *b) {
     return DLT_OK;
 }
 
+/* A beta=1 convolution through the operation's BETA; where no engine takes it, a beta=0
+ * plan into the workspace and our kernel adds that to out (dir: data or filter; the
+ * tensors in the X, W, Y roles as build_plan takes them). *done = 0: no cuDNN plan. */
+dlt_status run_with_beta(dlt_ctx *ctx, int dir, dlt_tensor *out, const dlt_tensor *x, const dlt_tensor *w,
+                         const dlt_tensor *y, const dlt_conv_params *p, int beta, int32_t impl, int *done) {
+    char what[400];
+    describe(what, sizeof what, dir, x, w, y, p, beta);
+    dlt_cudnn_plan *plan = NULL;
+    const int slot = dir == CONV_BWD_DATA ? 0 : 1;
+    void *ptrs[3] = {dlt__data(x), dlt__data(w), dlt__data(y)};
+    *done = 0;
+    /* beta=1: a missing plan is not final yet */
+    DLT_CHECK(get_plan(ctx, dir, x, w, y, p, beta, what, impl, beta, &plan));
+    if (plan) {
+        void *ws = NULL;
+        DLT_CHECK(dlt__cuda_workspace(ctx, (size_t)plan->workspace, &ws));
+        DLT_CHECK(dlt__cudnn_execute(ctx, plan, ptrs, ws, "dlt_conv2d_backward", what));
+        *done = 1;
+        return DLT_OK;
+    }
+    if (!beta) return DLT_OK;
+    describe(what, sizeof what, dir, x, w, y, p, 0);
+    DLT_CHECK(get_plan(ctx, dir, x, w, y, p, 0, what, impl, 0, &plan));
+    if (!plan) return DLT_OK;
+    const size_t off = dlt__cudnn_round256((size_t)plan->workspace);
+    void *ws = NULL;
+    DLT_CHECK(dlt__cuda_workspace(ctx, off + dlt__nbytes(out), &ws));
+    void *tmp = (char *)ws + off;
+    ptrs[slot] = tmp;
+    DLT_CHECK(dlt__cudnn_execute(ctx, plan, ptrs, ws, "dlt_conv2d_backward", what));
+    const int64_t n = out->numel;
+    DLT_DISPATCH_FLOAT(out->dtype, T,
+        add_into_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>(
+            (T *)dlt__data(out), (const T *)tmp, n));
+    DLT_CU_LAUNCHED(ctx, "dlt_conv2d_backward");
+    *done = 1;
+    return DLT_OK;
+}
+
 } // namespace
 
 extern "C" {
@@ -414,6 +455,11 @@ dlt_status dlt__cuda_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x
                                 const dlt_tensor *b, const dlt_conv_params *p) {
     const dlt_cudnn_settings *set = NULL;
     DLT_CHECK(dlt__cudnn_settings(ctx, &set));
+    if (set->conv_impl == DLT_IMPL_AUTO) {
+        int done = 0;
+        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_FWD, (dlt_tensor *)x, (dlt_tensor *)w, y, p, 0, &done));
+        if (done) return b ? add_bias(ctx, y, b) : DLT_OK;
+    }
     if (set->conv_impl != DLT_IMPL_NATIVE) {
         char what[400];
         describe(what, sizeof what, CONV_FWD, x, w, y, p, 0);
@@ -432,22 +478,20 @@ dlt_status dlt__cuda_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x
 }
 
 dlt_status dlt__cuda_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
-                                     const dlt_tensor *w, const dlt_conv_params *p) {
+                                     const dlt_tensor *w, const dlt_conv_params *p, int32_t beta) {
     const dlt_cudnn_settings *set = NULL;
     DLT_CHECK(dlt__cudnn_settings(ctx, &set));
-    if (set->conv_impl != DLT_IMPL_NATIVE) {
-        char what[400];
-        describe(what, sizeof what, CONV_BWD_DATA, dx, w, dy, p, 0);
-        dlt_cudnn_plan *plan = NULL;
-        DLT_CHECK(get_plan(ctx, CONV_BWD_DATA, dx, w, dy, p, 0, what, set->conv_impl, 0, &plan));
-        if (plan) {
-            void *ws = NULL;
-            DLT_CHECK(dlt__cuda_workspace(ctx, (size_t)plan->workspace, &ws));
-            void *ptrs[3] = {dlt__data(dx), dlt__data(w), dlt__data(dy)};
-            return dlt__cudnn_execute(ctx, plan, ptrs, ws, "dlt_conv2d_backward", what);
-        }
+    beta = beta ? 1 : 0;
+    int done = 0;
+    if (set->conv_impl == DLT_IMPL_AUTO) {
+        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_BWD_DATA, dx, (dlt_tensor *)w, (dlt_tensor *)dy, p, beta, &done));
+        if (done) return DLT_OK;
     }
-    return launch_direct(ctx, CONV_BWD_DATA, dx, w, dy, NULL, p, 0);
+    if (set->conv_impl != DLT_IMPL_NATIVE) {
+        DLT_CHECK(run_with_beta(ctx, CONV_BWD_DATA, dx, dx, w, dy, p, beta, set->conv_impl, &done));
+        if (done) return DLT_OK;
+    }
+    return launch_direct(ctx, CONV_BWD_DATA, dx, w, dy, NULL, p, beta);
 }
 
 dlt_status dlt__cuda_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor *x,
@@ -455,37 +499,14 @@ dlt_status dlt__cuda_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_t
     const dlt_cudnn_settings *set = NULL;
     DLT_CHECK(dlt__cudnn_settings(ctx, &set));
     beta = beta ? 1 : 0;
+    int done = 0;
+    if (set->conv_impl == DLT_IMPL_AUTO) {
+        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_BWD_FILTER, (dlt_tensor *)x, dw, (dlt_tensor *)dy, p, beta, &done));
+        if (done) return DLT_OK;
+    }
     if (set->conv_impl != DLT_IMPL_NATIVE) {
-        char what[400];
-        describe(what, sizeof what, CONV_BWD_FILTER, x, dw, dy, p, beta);
-        dlt_cudnn_plan *plan = NULL;
-        /* beta=1 through the operation's BETA; a missing plan is not final yet */
-        DLT_CHECK(get_plan(ctx, CONV_BWD_FILTER, x, dw, dy, p, beta, what, set->conv_impl, beta, &plan));
-        if (plan) {
-            void *ws = NULL;
-            DLT_CHECK(dlt__cuda_workspace(ctx, (size_t)plan->workspace, &ws));
-            void *ptrs[3] = {dlt__data(x), dlt__data(dw), dlt__data(dy)};
-            return dlt__cudnn_execute(ctx, plan, ptrs, ws, "dlt_conv2d_backward", what);
-        }
-        if (beta) {
-            /* no engine takes beta=1: a beta=0 plan into the workspace, then dw += it */
-            describe(what, sizeof what, CONV_BWD_FILTER, x, dw, dy, p, 0);
-            DLT_CHECK(get_plan(ctx, CONV_BWD_FILTER, x, dw, dy, p, 0, what, set->conv_impl, 0, &plan));
-            if (plan) {
-                const size_t off = dlt__cudnn_round256((size_t)plan->workspace);
-                void *ws = NULL;
-                DLT_CHECK(dlt__cuda_workspace(ctx, off + dlt__nbytes(dw), &ws));
-                void *tmp = (char *)ws + off;
-                void *ptrs[3] = {dlt__data(x), tmp, dlt__data(dy)};
-                DLT_CHECK(dlt__cudnn_execute(ctx, plan, ptrs, ws, "dlt_conv2d_backward", what));
-                const int64_t n = dw->numel;
-                DLT_DISPATCH_FLOAT(dw->dtype, T,
-                    add_into_kernel<T><<<grid_for(n, 256), 256, 0, dlt__stream(ctx)>>>(
-                        (T *)dlt__data(dw), (const T *)tmp, n));
-                DLT_CU_LAUNCHED(ctx, "dlt_conv2d_backward");
-                return DLT_OK;
-            }
-        }
+        DLT_CHECK(run_with_beta(ctx, CONV_BWD_FILTER, dw, x, dw, dy, p, beta, set->conv_impl, &done));
+        if (done) return DLT_OK;
     }
     return launch_direct(ctx, CONV_BWD_FILTER, x, dw, dy, NULL, p, beta);
 }

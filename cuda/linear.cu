@@ -52,13 +52,16 @@ using namespace dlt;
  * reserved. 32 MiB is NVIDIA's recommendation for Hopper. */
 #define DLT_GEMM_MAX_WORKSPACE ((uint64_t)32 << 20)
 
-enum { GEMM_FWD = 0, GEMM_DGRAD = 1, GEMM_WGRAD = 2 };
+/* GEMM_STRIDED: operands with any leading dimensions and transposes (dlt__cuda_gemm_rm) */
+enum { GEMM_FWD = 0, GEMM_DGRAD = 1, GEMM_WGRAD = 2, GEMM_STRIDED = 3 };
 
 struct dlt_gemm_key {
     int32_t kind, dtype, compute, epilogue;
     int64_t m, n, k;
     int32_t align; /* smallest alignment (bytes) of the pointers the plan was chosen for */
+    int32_t ta, tb; /* GEMM_STRIDED: cuBLASLt's ops and leading dimensions (else 0) */
     int32_t pad_;
+    int64_t lda, ldb, ldd;
 };
 
 /* DLT_GEMM_AUTOTUNE=1: the heuristic's first GEMM_TUNE_MAX algorithms are timed */
@@ -126,6 +129,9 @@ struct GemmCall {
     void *aux;         /* GELU_AUX*: the pre-activation output; DGELU: that input; m x n, ld m */
     cublasLtEpilogue_t epilogue;
     float beta;
+    /* GEMM_STRIDED only: op(A), op(B) as cublasOperation_t and the leading dimensions */
+    int32_t ta, tb;
+    int64_t lda, ldb, ldd;
 };
 
 /* Storage shape (rows, cols, ld) of A and B and their transposes for each kind. */
@@ -140,9 +146,14 @@ void operand_layout(const GemmCall &g, uint64_t *ar, uint64_t *ac, int64_t *lda,
         *ar = (uint64_t)g.m; *ac = (uint64_t)g.k; *lda = g.m; *ta = CUBLAS_OP_N;
         *br = (uint64_t)g.k; *bc = (uint64_t)g.n; *ldb = g.k; *tb = CUBLAS_OP_N;
         break;
-    default: /* GEMM_WGRAD: A = x^T as [K,M], B = dy^T as [N,M] (op T) */
+    case GEMM_WGRAD: /* A = x^T as [K,M], B = dy^T as [N,M] (op T) */
         *ar = (uint64_t)g.m; *ac = (uint64_t)g.k; *lda = g.m; *ta = CUBLAS_OP_N;
         *br = (uint64_t)g.n; *bc = (uint64_t)g.k; *ldb = g.n; *tb = CUBLAS_OP_T;
+        break;
+    default: /* GEMM_STRIDED: as the caller laid them out */
+        *ta = g.ta; *tb = g.tb; *lda = g.lda; *ldb = g.ldb;
+        *ar = (uint64_t)(g.ta == CUBLAS_OP_N ? g.m : g.k); *ac = (uint64_t)(g.ta == CUBLAS_OP_N ? g.k : g.m);
+        *br = (uint64_t)(g.tb == CUBLAS_OP_N ? g.k : g.n); *bc = (uint64_t)(g.tb == CUBLAS_OP_N ? g.n : g.k);
         break;
     }
 }
@@ -197,7 +208,7 @@ dlt_status plan_build(dlt_ctx *ctx, const GemmCall &g, const dlt_gemm_key &key, 
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, t, ar, ac, lda));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, t, br, bc, ldb));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->d, t, (uint64_t)g.m, (uint64_t)g.n, g.m));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->d, t, (uint64_t)g.m, (uint64_t)g.n, g.ldd > 0 ? g.ldd : g.m));
 
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     {
@@ -267,6 +278,13 @@ dlt_status plan_get(dlt_ctx *ctx, const GemmCall &g, const char *F, dlt_gemm_pla
     key.m = g.m;
     key.n = g.n;
     key.k = g.k;
+    if (g.kind == GEMM_STRIDED) {
+        key.ta = g.ta;
+        key.tb = g.tb;
+        key.lda = g.lda;
+        key.ldb = g.ldb;
+        key.ldd = g.ldd;
+    }
     int32_t al = ptr_align(g.A);
     int32_t ab = ptr_align(g.B), ad = ptr_align(g.D);
     if (ab < al) al = ab;
@@ -586,6 +604,31 @@ dlt_status dlt__cuda_linear_bwd_weight(dlt_ctx *ctx, dlt_tensor *dw, dlt_tensor 
     DLT_CHECK(gemm_must(ctx, g, F));
     if (db) DLT_CHECK(bias_grad(ctx, db, dy, beta, F));
     return DLT_OK;
+}
+
+dlt_status dlt__cuda_gemm_rm(dlt_ctx *ctx, int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M,
+                             int64_t N, int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
+                             void *C, int64_t ldc, int32_t beta, const char *F) {
+    /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our
+     * B (op N when B is stored K x N), its B is our A (op N when A is stored M x K) */
+    GemmCall g;
+    memset(&g, 0, sizeof g);
+    g.kind = GEMM_STRIDED;
+    g.dtype = dtype;
+    g.m = N;
+    g.n = M;
+    g.k = K;
+    g.A = B;
+    g.ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.lda = ldb;
+    g.B = A;
+    g.tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.ldb = lda;
+    g.D = C;
+    g.ldd = ldc;
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    g.beta = beta ? 1.0f : 0.0f;
+    return gemm_must(ctx, g, F);
 }
 
 } // extern "C"

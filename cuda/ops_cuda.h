@@ -17,7 +17,7 @@ extern "C" {
 dlt_status dlt__cuda_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *w,
                                 const dlt_tensor *b, const dlt_conv_params *p);
 dlt_status dlt__cuda_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
-                                     const dlt_tensor *w, const dlt_conv_params *p);
+                                     const dlt_tensor *w, const dlt_conv_params *p, int32_t beta);
 dlt_status dlt__cuda_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor *x,
                                        const dlt_tensor *dy, const dlt_conv_params *p, int32_t beta);
 dlt_status dlt__cuda_conv2d_bwd_bias(dlt_ctx *ctx, dlt_tensor *db, const dlt_tensor *dy, int32_t beta);
@@ -127,6 +127,18 @@ dlt_status dlt__cuda_unary_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *d
                                const dlt_tensor *y, int32_t op, double alpha);
 dlt_status dlt__cuda_reduce(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_reduce_spec *r,
                             int32_t op, double alpha);
+/* Row-major C [M,N] (row stride ldc) = op(A) op(B) (+ C when beta), A stored M x K (trans_a
+ * 0) or K x M, B stored K x N (trans_b 0) or N x K, each with its row stride: one cuBLASLt
+ * GEMM (linear.cu's plan cache; fp32 accumulation, TF32 only for fp32 when allowed). No
+ * algorithm is an error. */
+dlt_status dlt__cuda_gemm_rm(dlt_ctx *ctx, int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M,
+                             int64_t N, int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
+                             void *C, int64_t ldc, int32_t beta, const char *F);
+/* conv2d_gemm.cu: a convolution with a one-pixel output as GEMMs over the taps that touch
+ * data (dir 0 forward into y, 1 data gradient into x, 2 weight gradient into w, with beta);
+ * *done = 0 when the shape or layout does not qualify (the caller uses cuDNN). */
+dlt_status dlt__cuda_conv2d_gemm(dlt_ctx *ctx, int32_t dir, dlt_tensor *x, dlt_tensor *w, dlt_tensor *y,
+                                 const dlt_conv_params *p, int32_t beta, int *done);
 dlt_status dlt__cuda_gemm(dlt_ctx *ctx, dlt_tensor *c, const dlt_tensor *a, const dlt_tensor *b,
                           const dlt_gemm_batch *g);
 dlt_status dlt__cuda_softmax_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int64_t outer, int64_t n,

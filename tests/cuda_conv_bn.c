@@ -23,6 +23,8 @@
  *   native   DLT_CONV_IMPL=native, DLT_BN_IMPL=native: the safety-net kernels.
  *   workspace0  DLT_WORKSPACE_MAX=0: convolutions with engines that take no workspace.
  *   autotune DLT_CUDNN_AUTOTUNE=1 on a few conv shapes.
+ *   cudnn-only  DLT_CONV_IMPL=cudnn: the convolutions with a one-pixel output, which the
+ *            default selection runs as GEMMs (cuda/conv2d_gemm.cu), through cuDNN.
  *   cudnn-running  DLT_BN_CUDNN_RUNNING_STATS=1: cuDNN updates the running statistics; the
  *            comparison checks that its running variance is the unbiased one (PyTorch's).
  * plus determinism (deterministic mode: two runs bitwise equal) and BN without affine
@@ -172,6 +174,15 @@ static const conv_case CONV_CASES[] = {
     {"3x3 groups 2, 8x8", 2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0, 0},
     {"3x3 dilation 2, 11x11", 2, 8, 11, 11, 8, 3, 3, 1, 1, 2, 2, 2, 2, 1, 0, 0},
     {"3x3 with bias, 5x7", 2, 8, 5, 7, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+    /* one-pixel outputs: GEMMs over the taps that meet data in the default selection
+     * (cuda/conv2d_gemm.cu), cuDNN in the cudnn-only group */
+    {"3x3 s2 p1, 2x2 -> 1x1", 4, 32, 2, 2, 48, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0, 1},
+    {"1x1 s2, 2x2 -> 1x1", 4, 32, 2, 2, 64, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 1},
+    {"1x1 on a 1x1 map", 8, 64, 1, 1, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1},
+    {"3x3 s3 p1, 3x3 -> 1x1 (input row 2 unread)", 2, 16, 3, 3, 8, 3, 3, 3, 3, 1, 1, 1, 1, 1, 0, 0},
+    {"3x3 p0, 3x3 -> 1x1 with bias", 2, 8, 3, 3, 12, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},
+    {"5x3 p(2,1) on a 1x1 map", 3, 24, 1, 1, 16, 5, 3, 1, 1, 2, 1, 1, 1, 1, 0, 0},
+    {"3x3 s5 p3 on a 1x1 map: no tap meets data, with bias", 2, 8, 1, 1, 8, 3, 3, 5, 5, 3, 3, 1, 1, 1, 1, 0},
 };
 #define N_CONV_CASES ((int)(sizeof CONV_CASES / sizeof CONV_CASES[0]))
 
@@ -600,6 +611,23 @@ int main(void) {
         th_run(test_async_1x1, "async: BN f16 NHWC 1x1 map relu, our kernels until cuDNN's plans arrive");
         gpu_end();
         printf("# group async: %.1f s\n", now_s() - t0);
+    }
+
+    /* DLT_CONV_IMPL=cudnn: the one-pixel outputs through cuDNN (the default takes GEMMs) */
+    t0 = now_s();
+    if (th_group_on("cudnn-only")) {
+        gpu_begin("cudnn-only", "cudnn", NULL, 0, 0);
+        for (int d = 0; d < 3; d++)
+            for (int f = 0; f < 2; f++)
+                for (int i = 0; i < N_CONV_CASES; i++) {
+                    const conv_case *c = &CONV_CASES[i];
+                    const int64_t P = (c->H + 2 * c->ph - c->dh * (c->R - 1) - 1) / c->sh + 1;
+                    const int64_t Q = (c->W + 2 * c->pw - c->dw * (c->S - 1) - 1) / c->sw + 1;
+                    /* (padding past the kernel is left to the GEMMs: cuDNN may refuse it) */
+                    if (P == 1 && Q == 1 && c->ph < c->R && c->pw < c->S) run_conv(DTYPES[d], FORMATS[f], i);
+                }
+        gpu_end();
+        printf("# group cudnn-only: %.1f s\n", now_s() - t0);
     }
 
     /* no workspace allowed (DLT_WORKSPACE_MAX=0): cuDNN's engines that need none, or the

@@ -59,9 +59,9 @@ static dlt_status fake_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor
     return g_plain->conv2d_bwd_filter(ctx, dw, x, dy, p, beta);
 }
 static dlt_status fake_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy, const dlt_tensor *w,
-                                const dlt_conv_params *p) {
+                                const dlt_conv_params *p, int32_t beta) {
     if (B.on) violation("a data gradient on the side stream");
-    return g_plain->conv2d_bwd_data(ctx, dx, dy, w, p);
+    return g_plain->conv2d_bwd_data(ctx, dx, dy, w, p, beta);
 }
 static dlt_status fake_accumulate(dlt_ctx *ctx, dlt_tensor *dst, const dlt_tensor *src, int32_t beta) {
     if (B.on) violation("an accumulation on the side stream");

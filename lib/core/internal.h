@@ -143,7 +143,7 @@ struct dlt_backend {
     dlt_status (*conv2d_fwd)(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, const dlt_tensor *w,
                              const dlt_tensor *b, const dlt_conv_params *p);
     dlt_status (*conv2d_bwd_data)(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
-                                  const dlt_tensor *w, const dlt_conv_params *p);
+                                  const dlt_tensor *w, const dlt_conv_params *p, int32_t beta);
     dlt_status (*conv2d_bwd_filter)(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor *x,
                                     const dlt_tensor *dy, const dlt_conv_params *p, int32_t beta);
     dlt_status (*conv2d_bwd_bias)(dlt_ctx *ctx, dlt_tensor *db, const dlt_tensor *dy, int32_t beta);

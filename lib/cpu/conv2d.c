@@ -24,8 +24,8 @@
  * Math is fp32. f32 tensors are used in place; other dtypes (f16, bf16), and formats that
  * do not match one of the two paths, are converted to an fp32 NCHW copy first and the
  * result converted back (dlt__cpu_to_f32_nchw / dlt__cpu_from_f32_nchw).
- * Gradient convention: dx is overwritten; dw and db are written with beta (0 overwrite,
- * 1 accumulate).
+ * Gradient convention: dx, dw and db are written with beta (0 overwrite, 1 accumulate: the
+ * fp32 result is added to the destination's value, then rounded once).
  *
  * Threads: the GEMMs are OpenBLAS's; the layout loops around them use DLT_PARALLEL_FOR.
  * im2col/im2row split the rows they write; col2im/row2im, whose rows add into overlapping
@@ -100,10 +100,11 @@ static const float *f32_in(const dlt_tensor *t, float **owned) {
 }
 
 /* Where to compute an output: the tensor itself when fp32 NCHW (*staged = NULL), else a
- * scratch buffer (*staged) that out_finish converts into the tensor. */
-static float *f32_out(dlt_tensor *t, float **staged) {
+ * scratch buffer (*staged) that out_finish converts into the tensor; beta: always the
+ * scratch (a kernel that only overwrites then adds in out_finish). */
+static float *f32_out(dlt_tensor *t, int32_t beta, float **staged) {
     *staged = NULL;
-    if (t->dtype == DLT_F32 && t->format != DLT_FORMAT_CHANNELS_LAST) return dlt__data(t);
+    if (t->dtype == DLT_F32 && t->format != DLT_FORMAT_CHANNELS_LAST && !beta) return dlt__data(t);
     *staged = malloc((size_t)t->numel * sizeof(float));
     return *staged;
 }
@@ -371,7 +372,7 @@ dlt_status dlt__cpu_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x,
     dlt_status st = DLT_OK;
     float *xo = NULL, *wo = NULL, *bo = NULL, *ys = NULL, *col = NULL, *tmp = NULL;
     const float *xf = f32_in(x, &xo), *wf = f32_in(w, &wo), *bf = NULL;
-    float *yf = f32_out(y, &ys);
+    float *yf = f32_out(y, 0, &ys);
     if (b) bf = f32_in(b, &bo);
     const int need_col = !(g.pointwise && nb_max == 1);
     if (need_col) col = malloc((size_t)g.CRS * (size_t)(nb_max * g.PQ) * sizeof(float));
@@ -416,24 +417,34 @@ done:
     return st;
 }
 
-/* ---- backward data: dx = col2im(w^T dy) ---- */
+/* ---- backward data: dx = beta*dx + col2im(w^T dy) ---- */
 
 dlt_status dlt__cpu_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
-                                    const dlt_tensor *w, const dlt_conv_params *p) {
+                                    const dlt_tensor *w, const dlt_conv_params *p, int32_t beta) {
     (void)ctx;
     const conv_geom g = make_geom(dx, w, dy, p);
     if (dx->numel == 0) return DLT_OK;
     if (g.Kg == 0 || g.PQ == 0) {
-        zero_unless_acc(dx, 0);
+        zero_unless_acc(dx, beta);
         return DLT_OK;
     }
-    if (is_f32_cl(dx) && is_f32_cl(dy) && is_f32_cl(w))
-        return nhwc_bwd_data(&g, dlt__data(dx), dlt__data(dy), dlt__data(w));
+    if (is_f32_cl(dx) && is_f32_cl(dy) && is_f32_cl(w)) {
+        if (!beta) return nhwc_bwd_data(&g, dlt__data(dx), dlt__data(dy), dlt__data(w));
+        /* accumulate: the result in scratch (same layout), then added */
+        float *r = malloc((size_t)dx->numel * sizeof(float)), *d = dlt__data(dx);
+        if (!r) return oom("conv2d backward-data");
+        dlt_status st = nhwc_bwd_data(&g, r, dlt__data(dy), dlt__data(w));
+        if (st == DLT_OK) {
+            DLT_PARALLEL_FOR(i, dx->numel, DLT_PARALLEL_MIN_WORK) d[i] += r[i];
+        }
+        free(r);
+        return st;
+    }
     const int64_t nb_max = chunk_samples(&g);
     dlt_status st = DLT_OK;
     float *dyo = NULL, *wo = NULL, *dxs = NULL, *col = NULL, *tmp = NULL;
     const float *dyf = f32_in(dy, &dyo), *wf = f32_in(w, &wo);
-    float *dxf = f32_out(dx, &dxs);
+    float *dxf = f32_out(dx, beta, &dxs);
     const int direct = g.pointwise && nb_max == 1; /* GEMM writes dx itself */
     if (!direct) col = malloc((size_t)g.CRS * (size_t)(nb_max * g.PQ) * sizeof(float));
     if (nb_max > 1) tmp = malloc((size_t)g.Kg * (size_t)(nb_max * g.PQ) * sizeof(float));
@@ -460,7 +471,7 @@ dlt_status dlt__cpu_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tens
             if (!direct) col2im_add(&g, col, n0, nb, gi * g.Cg, dxf);
         }
     }
-    out_finish(dx, dxs, 0);
+    out_finish(dx, dxs, beta);
     dxs = NULL;
 done:
     free(dyo);
@@ -489,7 +500,7 @@ dlt_status dlt__cpu_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_te
     dlt_status st = DLT_OK;
     float *xo = NULL, *dyo = NULL, *dws = NULL, *col = NULL, *tmp = NULL;
     const float *xf = f32_in(x, &xo), *dyf = f32_in(dy, &dyo);
-    float *dwf = f32_out(dw, &dws);
+    float *dwf = f32_out(dw, 0, &dws); /* beta through the GEMM or out_finish */
     const int need_col = !(g.pointwise && nb_max == 1);
     if (need_col) col = malloc((size_t)g.CRS * (size_t)(nb_max * g.PQ) * sizeof(float));
     if (nb_max > 1) tmp = malloc((size_t)g.Kg * (size_t)(nb_max * g.PQ) * sizeof(float));

@@ -12,7 +12,7 @@
 dlt_status dlt__cpu_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x,
                                const dlt_tensor *w, const dlt_tensor *b, const dlt_conv_params *p);
 dlt_status dlt__cpu_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy,
-                                    const dlt_tensor *w, const dlt_conv_params *p);
+                                    const dlt_tensor *w, const dlt_conv_params *p, int32_t beta);
 dlt_status dlt__cpu_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_tensor *x,
                                       const dlt_tensor *dy, const dlt_conv_params *p,
                                       int32_t beta);

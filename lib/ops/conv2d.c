@@ -9,8 +9,10 @@
  * Layout: y takes x's memory format; w is converted to x's format when they differ (a
  * module set to channels-last avoids that conversion).
  * Backward (saved x, w): dx = conv_transpose(dy, w) [bwd_data], dw = corr(x, dy) [bwd_filter],
- * db = sum over N,P,Q of dy. Parameter gradients are written straight into the leaf's
- * buffer when the dtypes match (accumulating with beta = 1).
+ * db = sum over N,P,Q of dy. Gradients are written straight into the leaf's buffer when the
+ * dtypes match (accumulating with beta = 1), and dx into the gradient a node output has
+ * so far (a residual block's input: the identity's gradient is already there), so the
+ * data-gradient convolution makes the sum.
  */
 #include "ops_internal.h"
 
@@ -73,16 +75,26 @@ static dlt_status conv2d_backward(dlt_node *n, dlt_tensor *const *gout, dlt_grad
     /* the weight gradient first: on the side stream it overlaps the data gradient */
     if (gin[1].needed) DLT_CHECK(conv2d_backward_weight(n, x, dy, gin[0].needed, &gin[1]));
     if (gin[0].needed) {
-        dlt_tensor *dx = NULL;
-        DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
-        st = dx->numel == 0 ? DLT_OK
-             : empty        ? dlt__grad_zero(ctx, dx, 0)
-                            : ctx->be->conv2d_bwd_data(ctx, dx, dy, w, &p);
-        if (st != DLT_OK) {
-            dlt_tensor_release(dx);
-            return st;
+        dlt_grad_slot *s = &gin[0];
+        if (dlt__slot_direct(s, x)) {
+            /* into the gradient so far (a residual branch's, or the leaf's buffer): the
+             * convolution adds it in its epilogue, no separate sum */
+            if (s->dst->numel > 0)
+                DLT_CHECK(empty ? dlt__grad_zero(ctx, s->dst, s->beta)
+                                : ctx->be->conv2d_bwd_data(ctx, s->dst, dy, w, &p, s->beta));
+            s->written = 1;
+        } else {
+            dlt_tensor *dx = NULL;
+            DLT_CHECK(dlt__tensor_new_like(x, x->dtype, F, &dx));
+            st = dx->numel == 0 ? DLT_OK
+                 : empty        ? dlt__grad_zero(ctx, dx, 0)
+                                : ctx->be->conv2d_bwd_data(ctx, dx, dy, w, &p, 0);
+            if (st != DLT_OK) {
+                dlt_tensor_release(dx);
+                return st;
+            }
+            DLT_CHECK(dlt__grad_slot_store(ctx, s, dx));
         }
-        DLT_CHECK(dlt__grad_slot_store(ctx, &gin[0], dx));
     }
     if (n->n_in > 2 && gin[2].needed) {
         const int64_t k = dy->shape[1];
