@@ -11,7 +11,8 @@
 const dlt__env_var dlt__env_table[DLT__ENV_N] = {
     [DLT__ENV_CONV_IMPL] = {"DLT_CONV_IMPL", DLT__ENV_IMPL, -1, DLT_IMPL_AUTO, 0, 0,
         "`cudnn`, `native` (unset: auto)",
-        "convolutions on CUDA: cuDNN when a plan finalizes, else our kernels; `cudnn` makes a "
+        "convolutions on CUDA: cuBLASLt GEMMs for one-pixel outputs, else cuDNN when a plan "
+        "finalizes, else our kernels; `cudnn` sends every convolution to cuDNN and makes a "
         "missing plan an error, `native` always uses ours (docs/ops.md)"},
     [DLT__ENV_BN_IMPL] = {"DLT_BN_IMPL", DLT__ENV_IMPL, -1, DLT_IMPL_AUTO, 0, 0,
         "`cudnn`, `native` (unset: auto)",
