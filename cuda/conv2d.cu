@@ -455,9 +455,9 @@ dlt_status dlt__cuda_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x
                                 const dlt_tensor *b, const dlt_conv_params *p) {
     const dlt_cudnn_settings *set = NULL;
     DLT_CHECK(dlt__cudnn_settings(ctx, &set));
-    if (set->conv_impl == DLT_IMPL_AUTO) {
+    if (set->conv_impl == DLT_IMPL_AUTO && set->conv_gemm > 0) {
         int done = 0;
-        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_FWD, (dlt_tensor *)x, (dlt_tensor *)w, y, p, 0, &done));
+        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_FWD, (dlt_tensor *)x, (dlt_tensor *)w, y, p, 0, set->conv_gemm, &done));
         if (done) return b ? add_bias(ctx, y, b) : DLT_OK;
     }
     if (set->conv_impl != DLT_IMPL_NATIVE) {
@@ -483,8 +483,9 @@ dlt_status dlt__cuda_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_ten
     DLT_CHECK(dlt__cudnn_settings(ctx, &set));
     beta = beta ? 1 : 0;
     int done = 0;
-    if (set->conv_impl == DLT_IMPL_AUTO) {
-        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_BWD_DATA, dx, (dlt_tensor *)w, (dlt_tensor *)dy, p, beta, &done));
+    if (set->conv_impl == DLT_IMPL_AUTO && set->conv_gemm > 0) {
+        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_BWD_DATA, dx, (dlt_tensor *)w, (dlt_tensor *)dy, p, beta,
+                                        set->conv_gemm, &done));
         if (done) return DLT_OK;
     }
     if (set->conv_impl != DLT_IMPL_NATIVE) {
@@ -500,8 +501,9 @@ dlt_status dlt__cuda_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_t
     DLT_CHECK(dlt__cudnn_settings(ctx, &set));
     beta = beta ? 1 : 0;
     int done = 0;
-    if (set->conv_impl == DLT_IMPL_AUTO) {
-        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_BWD_FILTER, (dlt_tensor *)x, dw, (dlt_tensor *)dy, p, beta, &done));
+    if (set->conv_impl == DLT_IMPL_AUTO && set->conv_gemm > 0) {
+        DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_BWD_FILTER, (dlt_tensor *)x, dw, (dlt_tensor *)dy, p, beta,
+                                        set->conv_gemm, &done));
         if (done) return DLT_OK;
     }
     if (set->conv_impl != DLT_IMPL_NATIVE) {

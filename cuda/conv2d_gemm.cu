@@ -25,6 +25,11 @@
  * channels-last unless it is 1x1, w in channels-last unless its kernel is 1x1. Used in the
  * default (auto) selection only: DLT_CONV_IMPL=cudnn or native keep every convolution on
  * that implementation.
+ *
+ * DLT_CONV_GEMM=2 (mode 2) also takes the 1x1 stride-1 unpadded convolutions of
+ * channels-last tensors, ResNet's bottleneck ends, as one GEMM each over M = N*H*W rows:
+ * y [M,K] = x [M,C] . w [K,C]^T, dx = beta*dx + dy . w, dw = beta*dw + dy^T . x. Whether
+ * that beats cuDNN's implicit GEMM depends on the shape: a measuring switch, off by default.
  */
 #include "common.cuh"
 #include "ops_cuda.h"
@@ -64,15 +69,37 @@ int window_of(const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *y, con
     return 1;
 }
 
+/* 1x1, stride 1, no padding, groups 1, every tensor channels-last: one GEMM over N*H*W rows */
+int pointwise(const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *y, const dlt_conv_params *p) {
+    return w->shape[2] == 1 && w->shape[3] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+           p->pad[0] == 0 && p->pad[1] == 0 && p->groups == 1 && x->format == DLT_FORMAT_CHANNELS_LAST &&
+           y->format == DLT_FORMAT_CHANNELS_LAST && x->dtype == w->dtype && x->dtype == y->dtype &&
+           (x->dtype == DLT_F32 || x->dtype == DLT_F16 || x->dtype == DLT_BF16) && x->numel > 0 &&
+           y->numel > 0 && x->shape[2] == y->shape[2] && x->shape[3] == y->shape[3];
+}
+
 } // namespace
 
 extern "C" dlt_status dlt__cuda_conv2d_gemm(dlt_ctx *ctx, int32_t dir, dlt_tensor *x, dlt_tensor *w,
                                             dlt_tensor *y, const dlt_conv_params *p, int32_t beta,
-                                            int *done) {
+                                            int32_t mode, int *done) {
     const char *F = dir == 0 ? "dlt_conv2d" : "dlt_conv2d_backward";
     Window g;
     *done = 0;
-    if (!window_of(x, w, y, p, &g)) return DLT_OK;
+    if (!window_of(x, w, y, p, &g)) {
+        if (mode < 2 || !pointwise(x, w, y, p)) return DLT_OK;
+        const int64_t M = x->shape[0] * x->shape[2] * x->shape[3], C = x->shape[1], K = w->shape[0];
+        void *px = dlt__data(x), *pw = dlt__data(w), *py = dlt__data(y);
+        const int32_t dt = x->dtype;
+        if (dir == 0)
+            DLT_CHECK(dlt__cuda_gemm_rm(ctx, dt, 0, 1, M, K, C, px, C, pw, C, py, K, 0, F));
+        else if (dir == 1)
+            DLT_CHECK(dlt__cuda_gemm_rm(ctx, dt, 0, 0, M, C, K, py, K, pw, C, px, C, beta, F));
+        else
+            DLT_CHECK(dlt__cuda_gemm_rm(ctx, dt, 1, 0, K, C, M, py, K, px, C, pw, C, beta, F));
+        *done = 1;
+        return DLT_OK;
+    }
     const int32_t dt = x->dtype;
     const size_t es = dlt__dtype_size(dt);
     const int64_t ldx = g.H * g.W * g.C, ldw = g.R * g.S * g.C, width = (g.w1 - g.w0) * g.C;

@@ -135,10 +135,11 @@ dlt_status dlt__cuda_gemm_rm(dlt_ctx *ctx, int32_t dtype, int32_t trans_a, int32
                              int64_t N, int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
                              void *C, int64_t ldc, int32_t beta, const char *F);
 /* conv2d_gemm.cu: a convolution with a one-pixel output as GEMMs over the taps that touch
- * data (dir 0 forward into y, 1 data gradient into x, 2 weight gradient into w, with beta);
- * *done = 0 when the shape or layout does not qualify (the caller uses cuDNN). */
+ * data, and with mode 2 also a 1x1 stride-1 unpadded channels-last one as one GEMM (dir 0
+ * forward into y, 1 data gradient into x, 2 weight gradient into w, with beta); *done = 0
+ * when the shape or layout does not qualify (the caller uses cuDNN). */
 dlt_status dlt__cuda_conv2d_gemm(dlt_ctx *ctx, int32_t dir, dlt_tensor *x, dlt_tensor *w, dlt_tensor *y,
-                                 const dlt_conv_params *p, int32_t beta, int *done);
+                                 const dlt_conv_params *p, int32_t beta, int32_t mode, int *done);
 dlt_status dlt__cuda_gemm(dlt_ctx *ctx, dlt_tensor *c, const dlt_tensor *a, const dlt_tensor *b,
                           const dlt_gemm_batch *g);
 dlt_status dlt__cuda_softmax_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int64_t outer, int64_t n,

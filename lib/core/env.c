@@ -44,6 +44,11 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
         "time cuBLASLt's first 8 algorithms for each new GEMM shape at its first overwriting call "
         "outside a capture and keep the fastest (the heuristic's first choice otherwise; the "
         "choice, so the last bits, may differ from run to run)"},
+    [DLT__ENV_CONV_GEMM] = {"DLT_CONV_GEMM", DLT__ENV_COUNT, -1, 1, 0, 2,
+        "`0`, `1`, `2` (1)",
+        "convolutions on CUDA that run as cuBLASLt GEMMs instead of cuDNN in the default "
+        "selection: `1` those with a one-pixel output, `2` also the 1x1 stride-1 unpadded "
+        "channels-last ones, `0` none (docs/ops.md)"},
     [DLT__ENV_WORKSPACE_MAX] = {"DLT_WORKSPACE_MAX", DLT__ENV_COUNT, -1, INT64_MAX, 0, INT64_MAX,
         "bytes (unlimited)",
         "cuDNN engines and cuBLASLt algorithms needing more workspace are passed over when "
