@@ -26,10 +26,11 @@
  * default (auto) selection only: DLT_CONV_IMPL=cudnn or native keep every convolution on
  * that implementation.
  *
- * DLT_CONV_GEMM=2 (mode 2) also takes the 1x1 stride-1 unpadded convolutions of
- * channels-last tensors, ResNet's bottleneck ends, as one GEMM each over M = N*H*W rows:
- * y [M,K] = x [M,C] . w [K,C]^T, dx = beta*dx + dy . w, dw = beta*dw + dy^T . x. Whether
- * that beats cuDNN's implicit GEMM depends on the shape: a measuring switch, off by default.
+ * Mode 2 (DLT_CONV_GEMM=2, the default) also takes the 1x1 stride-1 unpadded convolutions
+ * of channels-last tensors, ResNet's bottleneck ends, as one GEMM each over M = N*H*W rows:
+ * y [M,K] = x [M,C] . w [K,C]^T, dx = beta*dx + dy . w, dw = beta*dw + dy^T . x. On the
+ * H200 that was faster than cuDNN's implicit GEMM at every ResNet50 batch measured
+ * (docs/performance.md, "Tenth session"); DLT_CONV_GEMM=1 keeps those on cuDNN.
  */
 #include "common.cuh"
 #include "ops_cuda.h"

@@ -11,7 +11,7 @@
 const dlt__env_var dlt__env_table[DLT__ENV_N] = {
     [DLT__ENV_CONV_IMPL] = {"DLT_CONV_IMPL", DLT__ENV_IMPL, -1, DLT_IMPL_AUTO, 0, 0,
         "`cudnn`, `native` (unset: auto)",
-        "convolutions on CUDA: cuBLASLt GEMMs for one-pixel outputs, else cuDNN when a plan "
+        "convolutions on CUDA: cuBLASLt GEMMs where DLT_CONV_GEMM says, else cuDNN when a plan "
         "finalizes, else our kernels; `cudnn` sends every convolution to cuDNN and makes a "
         "missing plan an error, `native` always uses ours (docs/ops.md)"},
     [DLT__ENV_BN_IMPL] = {"DLT_BN_IMPL", DLT__ENV_IMPL, -1, DLT_IMPL_AUTO, 0, 0,
@@ -44,8 +44,8 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
         "time cuBLASLt's first 8 algorithms for each new GEMM shape at its first overwriting call "
         "outside a capture and keep the fastest (the heuristic's first choice otherwise; the "
         "choice, so the last bits, may differ from run to run)"},
-    [DLT__ENV_CONV_GEMM] = {"DLT_CONV_GEMM", DLT__ENV_COUNT, -1, 1, 0, 2,
-        "`0`, `1`, `2` (1)",
+    [DLT__ENV_CONV_GEMM] = {"DLT_CONV_GEMM", DLT__ENV_COUNT, -1, 2, 0, 2,
+        "`0`, `1`, `2` (2)",
         "convolutions on CUDA that run as cuBLASLt GEMMs instead of cuDNN in the default "
         "selection: `1` those with a one-pixel output, `2` also the 1x1 stride-1 unpadded "
         "channels-last ones, `0` none (docs/ops.md)"},
