@@ -253,6 +253,9 @@ dlt_status plan_build(dlt_ctx *ctx, const GemmCall &g, const dlt_gemm_key &key, 
     }
     cublasLtMatmulPreferenceDestroy(pref);
     p->used = 1;
+    if (g.kind == GEMM_STRIDED) /* tests count these to see which path served a convolution */
+        dlt__log(DLT_LOG_INFO, "dlt: cuBLASLt plan for a strided GEMM m=%lld n=%lld k=%lld%s",
+                 (long long)g.m, (long long)g.n, (long long)g.k, p->usable ? "" : " (no algorithm)");
     return DLT_OK;
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

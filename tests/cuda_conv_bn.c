@@ -51,11 +51,13 @@ static int g_warnings;     /* fallback warnings logged since the case began */
 static int g_strict_group; /* the group where the ResNet path must stay on cuDNN */
 
 static int g_bg_installs; /* plans built in the background and installed */
+static int g_gemm_plans;  /* cuBLASLt plans of convolutions run as GEMMs (conv2d_gemm.cu) */
 
 static void log_cb(int32_t level, const char *msg, void *user) {
     (void)user;
     if (level <= DLT_LOG_WARNING) g_warnings++;
     if (strstr(msg, "(built in the background)")) g_bg_installs++;
+    if (strstr(msg, "plan for a strided GEMM")) g_gemm_plans++;
     printf("# [%s] %s\n", level == DLT_LOG_ERROR ? "error" : level == DLT_LOG_WARNING ? "warning" : "info",
            msg);
 }
@@ -502,6 +504,18 @@ static void run_conv(int32_t dt, int32_t fmt, int ci) {
     th_run(conv_case_run, name);
 }
 
+/* which path served the convolutions of a group: the GEMM path logs each cuBLASLt plan it
+ * builds (cuda/linear.cu), cuDNN's does not */
+static int g_expect_gemm;
+static void check_gemm_plans(void) {
+    GPU_OR_SKIP();
+    if (g_expect_gemm)
+        CHECK(g_gemm_plans > 0, "no GEMM plan was built: the one-pixel and 1x1 convolutions went elsewhere");
+    else
+        CHECK(g_gemm_plans == 0, "%d GEMM plans were built where DLT_CONV_IMPL=cudnn should keep every convolution on cuDNN",
+              g_gemm_plans);
+}
+
 static void run_bn(int32_t dt, int32_t fmt, int bi) {
     char name[200];
     g_bn = &BN_CASES[bi];
@@ -563,7 +577,10 @@ int main(void) {
     if (th_group_on("cudnn")) {
         gpu_begin("cudnn", NULL, NULL, 0, 0);
         g_strict_group = 1;
+        g_gemm_plans = 0;
         run_all(3);
+        g_expect_gemm = 1;
+        th_run(check_gemm_plans, "cudnn: the one-pixel and 1x1 channels-last convolutions ran as GEMMs");
         g_strict_group = 0;
         th_run(test_deterministic, "cudnn: deterministic mode, conv + bn, two runs bitwise equal");
         gpu_end();
@@ -619,6 +636,7 @@ int main(void) {
     t0 = now_s();
     if (th_group_on("cudnn-only")) {
         gpu_begin("cudnn-only", "cudnn", NULL, 0, 0);
+        g_gemm_plans = 0;
         for (int d = 0; d < 3; d++)
             for (int f = 0; f < 2; f++)
                 for (int i = 0; i < N_CONV_CASES; i++) {
@@ -628,6 +646,8 @@ int main(void) {
                     /* (padding past the kernel is left to the GEMMs: cuDNN may refuse it) */
                     if (P == 1 && Q == 1 && c->ph < c->R && c->pw < c->S) run_conv(DTYPES[d], FORMATS[f], i);
                 }
+        g_expect_gemm = 0;
+        th_run(check_gemm_plans, "cudnn-only: no convolution ran as a GEMM");
         gpu_end();
         printf("# group cudnn-only: %.1f s\n", now_s() - t0);
     }
