@@ -17,9 +17,10 @@
  * Plans: one per (direction, dtype, formats, dims, conv params, beta, alignments, tf32,
  * deterministic) in the context's cache. The backward passes with beta=1 (dw accumulating,
  * dx adding into a residual branch's gradient) use the operation's BETA; if no engine
- * takes beta=1, a beta=0 plan writes into the workspace and our kernel adds it. DLT_CONV_IMPL=native forces the fallback kernels (testing);
- * DLT_CONV_IMPL=cudnn turns "no plan" into an error instead of a fallback. In the default
- * selection a convolution with a one-pixel output runs as GEMMs instead (conv2d_gemm.cu).
+ * takes beta=1, a beta=0 plan writes into the workspace and our kernel adds it.
+ * DLT_CONV_IMPL=native forces the fallback kernels (testing); DLT_CONV_IMPL=cudnn turns "no
+ * plan" into an error instead of a fallback. In the default selection the convolutions
+ * DLT_CONV_GEMM names (one-pixel outputs, 1x1 channels-last) run as GEMMs (conv2d_gemm.cu).
  *
  * conv2d_bwd_bias: db[k] (+)= sum over N,P,Q of dy, as per-block partial sums in a fixed
  * partition (scratch memory) and one ordered pass over the partials: deterministic, no
