@@ -5,7 +5,8 @@
 #
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
 #   env:   STAGES="build test memcheck nccl example fixtures interop" (default: those; also
-#          sanitize longrun detcost startup bnimpl memcap bench profile autotune parity)
+#          sanitize longrun detcost startup bnimpl memcap bench profile autotune parity
+#          convgemm: bench at CONVGEMM_BATCHES (64,256,1024) with DLT_CONV_GEMM=0, 1, 2)
 #          nccl (dist, issue 21): tests/cuda_dist on one GPU (a one-rank NCCL communicator,
 #          DDP's side stream, NCCL all-reduce and found-inf reduction inside a captured step),
 #          then again under compute-sanitizer memcheck; several GPUs: scripts/device/ddp_check.sh
@@ -317,6 +318,18 @@ if has autotune; then
   DLT_CUDNN_AUTOTUNE=1 build-gpu/examples/bench --batch 256 --amp ${AUTOTUNE_AMP:-fp16} --format nhwc --mode graph >"$OUT/bench-autotune.txt" 2>&1
   note "bench with DLT_CUDNN_AUTOTUNE=1 ($(( $(date +%s) - t )) s):"
   grep -E '^\| 256' "$OUT/bench-autotune.txt" | tr -s ' ' | sed 's/^/   /'
+fi
+
+if has convgemm; then
+  # which convolutions run as cuBLASLt GEMMs (DLT_CONV_GEMM 0/1/2, docs/ops.md), same binary
+  t=$(date +%s)
+  for gm in 0 1 2; do
+    DLT_CONV_GEMM=$gm build-gpu/examples/bench --batch ${CONVGEMM_BATCHES:-64,256,1024} --amp fp16,bf16 \
+      --format nhwc --mode graph >"$OUT/bench-convgemm-$gm.txt" 2>&1
+    note "bench with DLT_CONV_GEMM=$gm rc=$?:"
+    grep -E '^\| [0-9]' "$OUT/bench-convgemm-$gm.txt" | tr -s ' ' | sed 's/^/   /'
+  done
+  note "convgemm: $(( $(date +%s) - t )) s"
 fi
 
 if has parity && [ -f tests/interop/torch_train_parity.py ]; then
