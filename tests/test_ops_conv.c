@@ -4,7 +4,7 @@
  *
  * Covered: conv2d (odd maps, batch 1, stride 2, padding, dilation 2, groups, depthwise,
  * 1x1, the 7x7 stem, maps large enough for the per-sample GEMM path, with and without bias,
- * backward chunks), batch norm (training, evaluation, fused residual and ReLU, affine=False,
+ * backward chunks, a second backward accumulating dx), batch norm (training, evaluation, fused residual and ReLU, affine=False,
  * running-stat updates with momentum 0.1 and the unbiased variance, no running stats, NaN),
  * max pool (tie order and NaN propagation, observed through the gradient routing), global
  * average pool; both memory formats and f16/bf16 inputs; error statuses for each op.
@@ -145,6 +145,17 @@ static void run_conv_backward(const conv_case *c, int32_t fmt) {
     }
     snprintf(what, sizeof what, "conv2d chunked %s N=%lld: db", fmt_name(fmt), (long long)c->N);
     check_tensor(what, dlt_tensor_grad(b), bs, 1, DLT_F32, 0, ref, TOL_F32);
+    /* a second backward accumulates: dx is written into x's gradient buffer with beta = 1
+     * (every backward-data path: im2col/im2row, direct GEMMs, chunks) */
+    dlt_tensor_release(y);
+    y = NULL;
+    CHECK_OK(dlt_conv2d(x, w, b, c->sh, c->sw, c->ph, c->pw, c->dh, c->dw, c->G, &y));
+    CHECK_OK(dlt_backward(y, u));
+    ref_conv2d_bwd_data(uv, c->N, c->C, c->H, c->W, wv, c->K, c->R, c->S, c->sh, c->sw, c->ph,
+                        c->pw, c->dh, c->dw, c->G, ref);
+    for (int64_t i = 0; i < nx; i++) ref[i] *= 2.0;
+    snprintf(what, sizeof what, "conv2d chunked %s N=%lld: dx accumulated", fmt_name(fmt), (long long)c->N);
+    check_tensor(what, dlt_tensor_grad(x), xs, 4, DLT_F32, fmt, ref, TOL_F32);
     dlt_tensor_release(x), dlt_tensor_release(w), dlt_tensor_release(b), dlt_tensor_release(u);
     dlt_tensor_release(y);
     free(xv), free(wv), free(bv), free(uv), free(ref);
@@ -162,6 +173,35 @@ static void test_conv2d_backward_chunks(void) {
     for (int i = 0; i < N_CONV; i++) {
         run_conv_backward(&CONV_CASES[i], DLT_FORMAT_CONTIGUOUS);
         run_conv_backward(&CONV_CASES[i], DLT_FORMAT_CHANNELS_LAST);
+    }
+}
+
+/* f16 (NCHW) and bf16 (channels-last) leaves: the data gradient goes through an fp32 staged
+ * copy; the second backward adds it to x's gradient (beta = 1) before the one rounding */
+static void test_conv2d_backward_accumulates_16bit(void) {
+    seed(6);
+    const conv_case c = {2, 3, 5, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0};
+    int64_t xs[4] = {2, 3, 5, 7}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 5, 7};
+    for (int k = 0; k < 2; k++) {
+        const int32_t dt = k ? DLT_BF16 : DLT_F16;
+        const int32_t fmt = k ? DLT_FORMAT_CHANNELS_LAST : DLT_FORMAT_CONTIGUOUS;
+        double *xv = rand_vals(prod(xs, 4), -1, 1), *wv = rand_vals(prod(ws, 4), -1, 1);
+        double *uv = rand_vals(prod(ys, 4), -1, 1), *xa, *wa, *ua, ref[2 * 3 * 5 * 7];
+        dlt_tensor *x = mk(xv, xs, 4, dt, fmt, &xa), *w = mk(wv, ws, 4, dt, fmt, &wa);
+        dlt_tensor *u = mk(uv, ys, 4, dt, fmt, &ua), *y = NULL;
+        CHECK_OK(dlt_tensor_set_requires_grad(x, 1));
+        for (int pass = 0; pass < 2; pass++) {
+            CHECK_OK(dlt_conv2d(x, w, NULL, 1, 1, 1, 1, 1, 1, 1, &y));
+            CHECK_OK(dlt_backward(y, u));
+            dlt_tensor_release(y);
+            y = NULL;
+        }
+        ref_conv2d_bwd_data(ua, c.N, c.C, c.H, c.W, wa, c.K, c.R, c.S, 1, 1, 1, 1, 1, 1, 1, ref);
+        for (int64_t i = 0; i < prod(xs, 4); i++) ref[i] *= 2.0;
+        check_tensor(k ? "conv2d bf16 NHWC: dx accumulated" : "conv2d f16 NCHW: dx accumulated",
+                     dlt_tensor_grad(x), xs, 4, dt, fmt, ref, tol_for(dt));
+        dlt_tensor_release(x), dlt_tensor_release(w), dlt_tensor_release(u);
+        free(xv), free(wv), free(uv), free(xa), free(wa), free(ua);
     }
 }
 
@@ -569,6 +609,7 @@ int main(void) {
     RUN(test_conv2d_f16_bf16);
     RUN(test_conv2d_mixed_formats);
     RUN(test_conv2d_backward_chunks);
+    RUN(test_conv2d_backward_accumulates_16bit);
     RUN(test_conv2d_errors);
     RUN(test_bn_train_f32);
     RUN(test_bn_train_f16_bf16);

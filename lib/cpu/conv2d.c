@@ -100,11 +100,10 @@ static const float *f32_in(const dlt_tensor *t, float **owned) {
 }
 
 /* Where to compute an output: the tensor itself when fp32 NCHW (*staged = NULL), else a
- * scratch buffer (*staged) that out_finish converts into the tensor; beta: always the
- * scratch (a kernel that only overwrites then adds in out_finish). */
-static float *f32_out(dlt_tensor *t, int32_t beta, float **staged) {
+ * scratch buffer (*staged) that out_finish converts into the tensor. */
+static float *f32_out(dlt_tensor *t, float **staged) {
     *staged = NULL;
-    if (t->dtype == DLT_F32 && t->format != DLT_FORMAT_CHANNELS_LAST && !beta) return dlt__data(t);
+    if (t->dtype == DLT_F32 && t->format != DLT_FORMAT_CHANNELS_LAST) return dlt__data(t);
     *staged = malloc((size_t)t->numel * sizeof(float));
     return *staged;
 }
@@ -301,13 +300,15 @@ static dlt_status nhwc_fwd(const conv_geom *g, float *y, const float *x, const f
     return DLT_OK;
 }
 
-static dlt_status nhwc_bwd_data(const conv_geom *g, float *dx, const float *dy, const float *w) {
+/* beta 1: row2im adds into dx as it is, and the pointwise GEMM takes beta */
+static dlt_status nhwc_bwd_data(const conv_geom *g, float *dx, const float *dy, const float *w,
+                                int32_t beta) {
     const int64_t M = g->N * g->PQ, mmax = chunk_rows(g);
     float *rows = NULL;
     if (!g->pointwise) {
         if (!(rows = malloc((size_t)mmax * (size_t)g->CRS * sizeof(float))))
             return oom("conv2d backward-data");
-        memset(dx, 0, (size_t)(g->N * g->H * g->W * g->C) * sizeof(float));
+        if (!beta) memset(dx, 0, (size_t)(g->N * g->H * g->W * g->C) * sizeof(float));
     }
     for (int64_t m0 = 0; m0 < M; m0 += mmax) {
         const int64_t mc = M - m0 < mmax ? M - m0 : mmax;
@@ -317,7 +318,7 @@ static dlt_status nhwc_bwd_data(const conv_geom *g, float *dx, const float *dy, 
             const int64_t ldc = g->pointwise ? g->C : g->CRS;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mc, (int)g->CRS, (int)g->Kg,
                         1.0f, dy + m0 * g->K + gi * g->Kg, (int)g->K, w + gi * g->Kg * g->CRS,
-                        (int)g->CRS, 0.0f, Cm, (int)ldc);
+                        (int)g->CRS, g->pointwise && beta ? 1.0f : 0.0f, Cm, (int)ldc);
             if (!g->pointwise) row2im_add(g, rows, m0, mc, gi * g->Cg, dx);
         }
     }
@@ -372,7 +373,7 @@ dlt_status dlt__cpu_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x,
     dlt_status st = DLT_OK;
     float *xo = NULL, *wo = NULL, *bo = NULL, *ys = NULL, *col = NULL, *tmp = NULL;
     const float *xf = f32_in(x, &xo), *wf = f32_in(w, &wo), *bf = NULL;
-    float *yf = f32_out(y, 0, &ys);
+    float *yf = f32_out(y, &ys);
     if (b) bf = f32_in(b, &bo);
     const int need_col = !(g.pointwise && nb_max == 1);
     if (need_col) col = malloc((size_t)g.CRS * (size_t)(nb_max * g.PQ) * sizeof(float));
@@ -428,23 +429,13 @@ dlt_status dlt__cpu_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tens
         zero_unless_acc(dx, beta);
         return DLT_OK;
     }
-    if (is_f32_cl(dx) && is_f32_cl(dy) && is_f32_cl(w)) {
-        if (!beta) return nhwc_bwd_data(&g, dlt__data(dx), dlt__data(dy), dlt__data(w));
-        /* accumulate: the result in scratch (same layout), then added */
-        float *r = malloc((size_t)dx->numel * sizeof(float)), *d = dlt__data(dx);
-        if (!r) return oom("conv2d backward-data");
-        dlt_status st = nhwc_bwd_data(&g, r, dlt__data(dy), dlt__data(w));
-        if (st == DLT_OK) {
-            DLT_PARALLEL_FOR(i, dx->numel, DLT_PARALLEL_MIN_WORK) d[i] += r[i];
-        }
-        free(r);
-        return st;
-    }
+    if (is_f32_cl(dx) && is_f32_cl(dy) && is_f32_cl(w))
+        return nhwc_bwd_data(&g, dlt__data(dx), dlt__data(dy), dlt__data(w), beta);
     const int64_t nb_max = chunk_samples(&g);
     dlt_status st = DLT_OK;
     float *dyo = NULL, *wo = NULL, *dxs = NULL, *col = NULL, *tmp = NULL;
     const float *dyf = f32_in(dy, &dyo), *wf = f32_in(w, &wo);
-    float *dxf = f32_out(dx, beta, &dxs);
+    float *dxf = f32_out(dx, &dxs);
     const int direct = g.pointwise && nb_max == 1; /* GEMM writes dx itself */
     if (!direct) col = malloc((size_t)g.CRS * (size_t)(nb_max * g.PQ) * sizeof(float));
     if (nb_max > 1) tmp = malloc((size_t)g.Kg * (size_t)(nb_max * g.PQ) * sizeof(float));
@@ -452,7 +443,10 @@ dlt_status dlt__cpu_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tens
         st = oom("conv2d backward-data");
         goto done;
     }
-    if (!direct) memset(dxf, 0, (size_t)dx->numel * sizeof(float));
+    /* accumulating into dx itself (fp32 NCHW) adds to it as it is; a staged result starts
+     * from zero and out_finish adds it */
+    const int in_place = beta && !dxs;
+    if (!direct && !in_place) memset(dxf, 0, (size_t)dx->numel * sizeof(float));
     for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
         const int64_t nb = g.N - n0 < nb_max ? g.N - n0 : nb_max;
         const int64_t L = nb * g.PQ;
@@ -467,7 +461,7 @@ dlt_status dlt__cpu_conv2d_bwd_data(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tens
             const float *A = wf + gi * g.Kg * g.CRS;
             float *Cm = direct ? dxf + (n0 * g.C + gi * g.Cg) * g.PQ : col;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.CRS, (int)L, (int)g.Kg,
-                        1.0f, A, (int)g.CRS, B, (int)L, 0.0f, Cm, (int)L);
+                        1.0f, A, (int)g.CRS, B, (int)L, direct && in_place ? 1.0f : 0.0f, Cm, (int)L);
             if (!direct) col2im_add(&g, col, n0, nb, gi * g.Cg, dxf);
         }
     }
@@ -500,7 +494,7 @@ dlt_status dlt__cpu_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_te
     dlt_status st = DLT_OK;
     float *xo = NULL, *dyo = NULL, *dws = NULL, *col = NULL, *tmp = NULL;
     const float *xf = f32_in(x, &xo), *dyf = f32_in(dy, &dyo);
-    float *dwf = f32_out(dw, 0, &dws); /* beta through the GEMM or out_finish */
+    float *dwf = f32_out(dw, &dws);
     const int need_col = !(g.pointwise && nb_max == 1);
     if (need_col) col = malloc((size_t)g.CRS * (size_t)(nb_max * g.PQ) * sizeof(float));
     if (nb_max > 1) tmp = malloc((size_t)g.Kg * (size_t)(nb_max * g.PQ) * sizeof(float));
