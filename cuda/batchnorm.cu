@@ -11,8 +11,10 @@
  *    unbiased one, as PyTorch's: checked on the H200 by tests/cuda_conv_bn.c).
  *    DLT_BN_CUDNN_RUNNING_STATS=0 uses our per-channel kernel from cuDNN's saved mean and
  *    inverse std instead (var = 1/invstd^2 - eps, corrected by n/(n-1)).
- *  - Single-pass channels-last kernels of our own ("fast native", below): two launches per
- *    direction with the ReLU mask fused into the backward. Faster than cuDNN's on small
+ *  - Single-pass channels-last kernels of our own ("fast native", batchnorm_fast.cuh): one
+ *    kernel per direction where the grid can be co-resident (a cooperative launch; the
+ *    tensor stays on chip between the statistics and the output), two launches otherwise,
+ *    with the ReLU mask fused into the backward. Faster than cuDNN's on small
  *    tensors (its kernels cost 9-10 us each whatever the size); in auto mode they run BNs of
  *    at most DLT_BN_NATIVE_MAX elements (default 2^22), cuDNN the larger ones.
  *  - Our own kernels ("native"), the safety net and the path for what cuDNN does not take
@@ -32,8 +34,8 @@
  * cuDNN engines with the non-determinism note are refused, so ours take over.
  *
  * The pieces (batchnorm.cuh): batchnorm_ref.cu (our two-pass kernels), batchnorm_fast.cu
- * (the single-pass ones), batchnorm_cudnn.cu (graphs; plans built in the background by
- * plan_pool.c); this file chooses among them. Nothing here synchronises with the host; plans
+ * and batchnorm_one.cu (the single-pass ones), batchnorm_cudnn.cu (graphs; plans built in
+ * the background by plan_pool.c); this file chooses among them. Nothing here synchronises with the host; plans
  * are built at first use.
  */
 #include "batchnorm.cuh"

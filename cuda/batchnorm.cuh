@@ -4,7 +4,9 @@
  * the entry points of each piece:
  *   batchnorm_ref.cu    our two-pass kernels, the safety net (native_*), and the small
  *                       kernels the cuDNN path runs around a graph (launch_*);
- *   batchnorm_fast.cu   the single-pass channels-last kernels (fast_*);
+ *   batchnorm_fast.cu   the single-pass channels-last kernels (fast_*), two launches per
+ *                       direction, or one (batchnorm_one.cu) where the grid can be
+ *                       co-resident; batchnorm_fast.cuh has what the two forms share;
  *   batchnorm_cudnn.cu  the cuDNN graphs, their plans built in the background (cudnn_*).
  * Layouts: x, y, residual, dx, dy, dresidual share dtype (f32/f16/bf16) and format (NCHW or
  * channels-last NHWC); gamma, beta, running stats, save_mean, save_invstd, dgamma, dbeta are
@@ -100,6 +102,7 @@ dlt_status launch_param_grads(dlt_ctx *ctx, float *dgamma, float *dbeta, const f
  * of the vector width, unaligned data). */
 struct FastGeo {
     int ok;
+    int one_batch; /* every thread's rows are one batch: the one-kernel form may run */
     int32_t V, G, TG, tiles, S;
 };
 

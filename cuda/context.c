@@ -86,6 +86,7 @@ dlt_status dlt__cuda_ctx_init(dlt_ctx *ctx) {
     s->sm_count = prop.multiProcessorCount;
     s->smem_optin = (int)prop.sharedMemPerBlockOptin;
     s->cc_major = prop.major;
+    s->coop_launch = prop.cooperativeLaunch;
     /* build: refuse a GPU none of the built code runs on (every kernel launch would fail
      * with "no kernel image"), saying how to rebuild; note a JIT-compiled PTX start */
     char arch_msg[512];

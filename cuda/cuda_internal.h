@@ -51,6 +51,7 @@ typedef struct dlt_cuda_state {
     int sm_count;
     int smem_optin; /* shared memory a block may opt in to (bytes) */
     int cc_major;   /* compute capability major */
+    int coop_launch; /* cooperative launches (grids whose blocks are all co-resident) */
     char name[256];
     dlt_cuda_plan_cache *plans; /* cuDNN execution plans per op and shape (conv2d.cu, batchnorm.cu) */
     void (*plans_free)(dlt_cuda_plan_cache *);
@@ -78,6 +79,11 @@ typedef struct dlt_cuda_state {
     /* flash: can the tensor-core attention kernels run here (attention_flash.cu)? 0 not yet
      * asked, 1 yes, -1 no (the code the driver picked was compiled below sm_80) */
     int flash_arch;
+    /* BatchNorm's one-kernel path (batchnorm_fast.cu): blocks of each instantiation
+     * ([dtype f32/f16/bf16][forward/backward]) that can be co-resident on the whole device
+     * in a cooperative launch; 0 not yet asked, -1 none (no cooperative launch) */
+    int bn_coresident[3][2];
+    int bn_one_kernel_logged;
 } dlt_cuda_state;
 
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }

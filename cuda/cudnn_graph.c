@@ -98,6 +98,7 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
         c->settings.bn_cudnn_running = (int32_t)env[DLT__ENV_BN_CUDNN_RUNNING_STATS];
         c->settings.bn_native_max = env[DLT__ENV_BN_NATIVE_MAX];
         c->settings.bn_native_max_bwd = env[DLT__ENV_BN_NATIVE_MAX_BWD];
+        c->settings.bn_one_kernel = (int32_t)env[DLT__ENV_BN_ONE_KERNEL];
         c->settings.workspace_max = env[DLT__ENV_WORKSPACE_MAX];
         c->settings.bn_async_plans = (int32_t)env[DLT__ENV_BN_ASYNC_PLANS];
         c->settings.bn_plan_threads = (int32_t)env[DLT__ENV_BN_PLAN_THREADS];

@@ -61,6 +61,9 @@ typedef struct dlt_cudnn_settings {
      * larger ones cuDNN (DLT_BN_NATIVE_MAX; batchnorm.cu says why) */
     int64_t bn_native_max;
     int64_t bn_native_max_bwd; /* the same for the backward (DLT_BN_NATIVE_MAX_BWD) */
+    /* those single-pass BNs that fit one co-resident grid run as one kernel per direction
+     * (DLT_BN_ONE_KERNEL, batchnorm_fast.cu) */
+    int32_t bn_one_kernel;
     /* engines (cuDNN) and algorithms (cuBLASLt) needing more workspace are passed over when
      * another one exists (DLT_WORKSPACE_MAX, bytes) */
     int64_t workspace_max;

@@ -20,7 +20,10 @@
  *            channels-last, the main shapes, training) a fallback to our kernels is a failure:
  *            the log callback counts the warnings that announce one. BN in NCHW runs a few
  *            shapes only (each new BN shape is an NVRTC build on a cold cache).
- *   native   DLT_CONV_IMPL=native, DLT_BN_IMPL=native: the safety-net kernels.
+ *   native   DLT_CONV_IMPL=native, DLT_BN_IMPL=native: the safety-net kernels (channels-last
+ *            BN: our single-pass ones, as one kernel per direction where the grid fits).
+ *   native-two  the same BN cases with DLT_BN_ONE_KERNEL=0 (two launches per direction),
+ *            and both forms bitwise equal on the same inputs.
  *   workspace0  DLT_WORKSPACE_MAX=0: convolutions with engines that take no workspace.
  *   autotune DLT_CUDNN_AUTOTUNE=1 on a few conv shapes.
  *   cudnn-only  DLT_CONV_IMPL=cudnn: the convolutions with a one-pixel output, which the
@@ -52,12 +55,14 @@ static int g_strict_group; /* the group where the ResNet path must stay on cuDNN
 
 static int g_bg_installs; /* plans built in the background and installed */
 static int g_gemm_plans;  /* cuBLASLt plans of convolutions run as GEMMs (conv2d_gemm.cu) */
+static int g_one_kernel;  /* contexts that ran a BN as one kernel per direction (batchnorm_fast.cu) */
 
 static void log_cb(int32_t level, const char *msg, void *user) {
     (void)user;
     if (level <= DLT_LOG_WARNING) g_warnings++;
     if (strstr(msg, "(built in the background)")) g_bg_installs++;
     if (strstr(msg, "plan for a strided GEMM")) g_gemm_plans++;
+    if (strstr(msg, "BatchNorm as one kernel per direction")) g_one_kernel++;
     printf("# [%s] %s\n", level == DLT_LOG_ERROR ? "error" : level == DLT_LOG_WARNING ? "warning" : "info",
            msg);
 }
@@ -304,6 +309,10 @@ static const bn_case BN_CASES[] = {
     /* several channel tiles and row splits in the single-pass kernels */
     {"256ch 8x8 residual relu (tiles x splits)", 16, 256, 8, 8, 1, 1, 1, 1, 1},
     {"2048ch 1x1 relu", 32, 2048, 1, 1, 0, 1, 1, 1, 1},
+    /* a last split with fewer rows than the others (M = 567) */
+    {"64ch 9x9 residual relu (partial split)", 7, 64, 9, 9, 1, 1, 1, 1, 0},
+    /* more rows than one batch per thread: two launches also where one kernel is on */
+    {"64ch 16x16, 72 images (rows past one batch)", 72, 64, 16, 16, 1, 1, 1, 1, 0},
 };
 #define N_BN_CASES ((int)(sizeof BN_CASES / sizeof BN_CASES[0]))
 
@@ -490,6 +499,85 @@ static void test_deterministic(void) {
 }
 
 /* ---------------------------------------------------------------------------------------
+ * the single-pass kernels' two forms (one kernel per direction, two launches) do the same
+ * arithmetic in the same order: their outputs are bitwise equal. g_gpu runs two launches
+ * (the native-two group, DLT_BN_ONE_KERNEL=0); a context made with the default runs one.
+ * ------------------------------------------------------------------------------------- */
+static int g_form_dtype, g_form_case;
+
+static void test_forms_equal(void) {
+    GPU_OR_SKIP();
+    const bn_case *b = &BN_CASES[g_form_case];
+    const int32_t dt = g_form_dtype, cl = DLT_FORMAT_CHANNELS_LAST;
+    unsetenv("DLT_BN_ONE_KERNEL");
+    dlt_ctx *one = th_cuda_ctx();
+    setenv("DLT_BN_ONE_KERNEL", "0", 1);
+    REQUIRE(one != NULL, "second CUDA context: %s", th_skip_reason);
+    const int64_t xs[4] = {b->N, b->C, b->H, b->W}, cs[1] = {b->C};
+    dlt_tensor *cpu[7], *gpu[2][7];
+    memset(gpu, 0, sizeof gpu);
+    make_pair(xs, 4, dt, cl, 1, 0.5, 2.0, &cpu[0], &gpu[0][0]);  /* x */
+    make_pair(xs, 4, dt, cl, 1, 0.0, 1.0, &cpu[1], &gpu[0][1]);  /* residual */
+    make_pair(xs, 4, dt, cl, 1, 0.0, 1.0, &cpu[2], &gpu[0][2]);  /* dy */
+    make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 1.0, 0.3, &cpu[3], &gpu[0][3]); /* gamma */
+    make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 0.0, 0.5, &cpu[4], &gpu[0][4]); /* beta */
+    make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 0.0, 1.0, &cpu[5], &gpu[0][5]); /* running mean */
+    make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 0, 0.5, 1.5, &cpu[6], &gpu[0][6]); /* running var */
+    for (int i = 0; i < 7; i++) CHECK_OK(dlt_tensor_to_ctx(cpu[i], one, &gpu[1][i]));
+    const int before = g_one_kernel;
+    static const char *names[8] = {"y", "running_mean", "running_var", "dx", "dresidual", "dgamma", "dbeta",
+                                   "dgamma accumulated"};
+    unsigned char *bytes[2][8];
+    size_t sizes[2][8];
+    memset(bytes, 0, sizeof bytes);
+    for (int k = 0; k < 2; k++) {
+        dlt_tensor **t = gpu[k], *leaves[4] = {t[0], t[1], t[3], t[4]};
+        for (int i = 0; i < 4; i++) CHECK_OK(dlt_tensor_set_requires_grad(leaves[i], 1));
+        dlt_tensor *y = NULL;
+        CHECK_OK(dlt_batch_norm2d_act(t[0], b->residual ? t[1] : NULL, b->relu, t[3], t[4], t[5], t[6], 1, 0.1,
+                                      1e-5, &y));
+        CHECK_OK(dlt_backward(y, t[2]));
+        const dlt_tensor *out[7] = {y, t[5], t[6], dlt_tensor_grad(t[0]), b->residual ? dlt_tensor_grad(t[1]) : y,
+                                    dlt_tensor_grad(t[3]), dlt_tensor_grad(t[4])};
+        for (int i = 0; i < 7; i++) {
+            REQUIRE(out[i] != NULL, "%s missing", names[i]);
+            bytes[k][i] = host_bytes(out[i], &sizes[k][i]);
+        }
+        dlt_tensor_release(y);
+        /* a second step: the parameter gradients accumulate (beta = 1) */
+        CHECK_OK(dlt_batch_norm2d_act(t[0], b->residual ? t[1] : NULL, b->relu, t[3], t[4], t[5], t[6], 1, 0.1,
+                                      1e-5, &y));
+        CHECK_OK(dlt_backward(y, t[2]));
+        bytes[k][7] = host_bytes(dlt_tensor_grad(t[3]), &sizes[k][7]);
+        dlt_tensor_release(y);
+    }
+    CHECK(g_one_kernel > before, "the default context did not run this BN as one kernel");
+    for (int i = 0; i < 8; i++) {
+        CHECK(bytes[0][i] && bytes[1][i] && sizes[0][i] == sizes[1][i] &&
+                  memcmp(bytes[0][i], bytes[1][i], sizes[0][i]) == 0,
+              "%s: one kernel and two launches differ", names[i]);
+        free(bytes[0][i]);
+        free(bytes[1][i]);
+    }
+    for (int i = 0; i < 7; i++) {
+        dlt_tensor_release(cpu[i]);
+        dlt_tensor_release(gpu[0][i]);
+        dlt_tensor_release(gpu[1][i]);
+    }
+    dlt_ctx_destroy(one);
+}
+
+/* whether the one-kernel form served the group's BNs (its context logs it once) */
+static int g_expect_one;
+static void check_one_kernel(void) {
+    GPU_OR_SKIP();
+    if (g_expect_one)
+        CHECK(g_one_kernel > 0, "no BN ran as one kernel per direction");
+    else
+        CHECK(g_one_kernel == 0, "a BN ran as one kernel where DLT_BN_ONE_KERNEL=0");
+}
+
+/* ---------------------------------------------------------------------------------------
  * driver
  * ------------------------------------------------------------------------------------- */
 static const int32_t DTYPES[3] = {DLT_F32, DLT_F16, DLT_BF16};
@@ -591,10 +679,38 @@ int main(void) {
     t0 = now_s();
     if (th_group_on("native")) {
         gpu_begin("native", "native", "native", 0, 0);
+        g_one_kernel = 0;
         run_all(N_BN_CASES);
+        g_expect_one = 1;
+        th_run(check_one_kernel, "native: the BNs whose grid fits on the GPU ran as one kernel per direction");
         th_run(test_deterministic, "native: deterministic mode, conv + bn, two runs bitwise equal");
         gpu_end();
         printf("# group native: %.1f s\n", now_s() - t0);
+    }
+
+    /* our single-pass BN kernels as two launches per direction, and the two forms equal */
+    t0 = now_s();
+    if (th_group_on("native-two")) {
+        setenv("DLT_BN_ONE_KERNEL", "0", 1);
+        gpu_begin("native-two", "native", "native", 0, 0);
+        g_one_kernel = 0;
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < N_BN_CASES; i++) run_bn(DTYPES[d], DLT_FORMAT_CHANNELS_LAST, i);
+        g_expect_one = 0;
+        th_run(check_one_kernel, "native-two: no BN ran as one kernel");
+        static const int form_cases[3] = {10, 12, 11}; /* tiles x splits, partial split, 1x1 */
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < 3; i++) {
+                char name[200];
+                g_form_dtype = DTYPES[d];
+                g_form_case = form_cases[i];
+                snprintf(name, sizeof name, "native-two: BN %s %s, one kernel and two launches bitwise equal",
+                         dlt_dtype_name(DTYPES[d]), BN_CASES[form_cases[i]].name);
+                th_run(test_forms_equal, name);
+            }
+        gpu_end();
+        unsetenv("DLT_BN_ONE_KERNEL");
+        printf("# group native-two: %.1f s\n", now_s() - t0);
     }
 
     /* autotuned plans (a few shapes) */
@@ -684,6 +800,7 @@ int main(void) {
     unsetenv("DLT_CUDNN_AUTOTUNE");
     unsetenv("DLT_BN_CUDNN_RUNNING_STATS");
     unsetenv("DLT_BN_NATIVE_MAX");
+    unsetenv("DLT_BN_ONE_KERNEL");
     dlt_set_log_callback(NULL, NULL);
     dlt_ctx_destroy(g_cpu);
     return th_done();

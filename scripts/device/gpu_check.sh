@@ -6,7 +6,8 @@
 #   carry: .device (debs, cifar10 subset, anchors)      run from the repository root
 #   env:   STAGES="build test memcheck nccl example fixtures interop" (default: those; also
 #          sanitize longrun detcost startup bnimpl memcap bench profile autotune parity
-#          convgemm: bench at CONVGEMM_BATCHES (64,256,1024) with DLT_CONV_GEMM=0, 1, 2)
+#          convgemm: bench at CONVGEMM_BATCHES (64,256,1024) with DLT_CONV_GEMM=0, 1, 2;
+#          bnone: bench at BNONE_BATCHES (64,256,1024) with DLT_BN_ONE_KERNEL=0, 1)
 #          nccl (dist, issue 21): tests/cuda_dist on one GPU (a one-rank NCCL communicator,
 #          DDP's side stream, NCCL all-reduce and found-inf reduction inside a captured step),
 #          then again under compute-sanitizer memcheck; several GPUs: scripts/device/ddp_check.sh
@@ -54,7 +55,7 @@ case " $STAGES " in *" gpt "*) STAGES="$STAGES gpt_tests gpt_bench gpt_recipe gp
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 export DLT_CIFAR10_DIR=$(pwd)/.device/cifar10
 # the CUDA test programs, split so compute-sanitizer runs them as parallel processes
-CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_elementwise cuda_op_table cuda_op_table:cudnn cuda_optim cuda_graph cuda_data cuda_nn cuda_side cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:async cuda_conv_bn:workspace0 cuda_conv_bn:cudnn-only cuda_conv_bn:gemm1 test_harden:cuda"
+CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_elementwise cuda_op_table cuda_op_table:cudnn cuda_optim cuda_graph cuda_data cuda_nn cuda_side cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:native-two cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:async cuda_conv_bn:workspace0 cuda_conv_bn:cudnn-only cuda_conv_bn:gemm1 test_harden:cuda"
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 t0=$(date +%s)
@@ -330,6 +331,18 @@ if has convgemm; then
     grep -E '^\| [0-9]' "$OUT/bench-convgemm-$gm.txt" | tr -s ' ' | sed 's/^/   /'
   done
   note "convgemm: $(( $(date +%s) - t )) s"
+fi
+
+if has bnone; then
+  # BatchNorm as one kernel per direction or two launches (DLT_BN_ONE_KERNEL, docs/ops.md)
+  t=$(date +%s)
+  for on in 0 1; do
+    DLT_BN_ONE_KERNEL=$on build-gpu/examples/bench --batch ${BNONE_BATCHES:-64,256,1024} --amp fp16,bf16 \
+      --format nhwc --mode graph >"$OUT/bench-bnone-$on.txt" 2>&1
+    note "bench with DLT_BN_ONE_KERNEL=$on rc=$?:"
+    grep -E '^\| [0-9]' "$OUT/bench-bnone-$on.txt" | tr -s ' ' | sed 's/^/   /'
+  done
+  note "bnone: $(( $(date +%s) - t )) s"
 fi
 
 if has parity && [ -f tests/interop/torch_train_parity.py ]; then
