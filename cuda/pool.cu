@@ -18,7 +18,8 @@
  * backward dx = dy / HW (PyTorch's mean and mean_backward). y is [N,C,1,1], whose memory
  * order is the same in both formats.
  *
- * One thread per output element (per input element in max-pool backward). Threads walk
+ * One thread per output element (per input element in max-pool backward), or per 16 bytes
+ * of channels in channels-last when C allows (the _vec kernels). Threads walk
  * the tensor in memory order, so in channels-last neighbouring threads take neighbouring
  * channels and every load is coalesced. Index math is 32-bit when the tensor allows it.
  */
@@ -137,6 +138,109 @@ __global__ void maxpool_bwd_kernel(T *__restrict__ dx, const T *__restrict__ dy,
     }
 }
 
+/* Channels-last with C a multiple of the 16-byte width: V = 16/sizeof(T) channels per thread,
+ * one 16-byte load per window element (dy, x) and V indices per output, the same per-channel
+ * logic and order as the kernels above (so the same bits). Index math is 32-bit. */
+template <typename T>
+__global__ void maxpool_fwd_vec_kernel(T *__restrict__ y, int32_t *__restrict__ ind, const T *__restrict__ x,
+                                       PoolGeom<int32_t> g, int32_t total_v) {
+    constexpr int V = Vec16<T>::N;
+    const int32_t G = g.C / V;
+    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
+         i += (int32_t)(gridDim.x * blockDim.x)) {
+        const int32_t cg = i % G;
+        int32_t r = i / G;
+        const int32_t q = r % g.Q;
+        r /= g.Q;
+        const int32_t p = r % g.P, n = r / g.P;
+        int32_t hs = p * g.sh - g.ph, ws = q * g.sw - g.pw;
+        const int32_t he = hs + g.kh < g.H ? hs + g.kh : g.H;
+        const int32_t we = ws + g.kw < g.W ? ws + g.kw : g.W;
+        if (hs < 0) hs = 0;
+        if (ws < 0) ws = 0;
+        const uint4 *base = reinterpret_cast<const uint4 *>(x) + (int64_t)n * g.H * g.W * G + cg;
+        float best[V];
+        int32_t bi[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            best[k] = -INFINITY;
+            bi[k] = hs * g.W + ws;
+        }
+        for (int32_t h = hs; h < he; h++)
+            for (int32_t w = ws; w < we; w++) {
+                Vec16<T> v;
+                v.raw = base[(h * g.W + w) * G];
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    const float f = to_f<T>(v.v[k]);
+                    if (f > best[k] || f != f) {
+                        best[k] = f;
+                        bi[k] = h * g.W + w;
+                    }
+                }
+            }
+        Vec16<T> out;
+#pragma unroll
+        for (int k = 0; k < V; k++) out.v[k] = from_f<T>(best[k]);
+        reinterpret_cast<uint4 *>(y)[i] = out.raw;
+        int4 *io = reinterpret_cast<int4 *>(ind + (int64_t)i * V);
+#pragma unroll
+        for (int j = 0; j < V / 4; j++) io[j] = make_int4(bi[4 * j], bi[4 * j + 1], bi[4 * j + 2], bi[4 * j + 3]);
+    }
+}
+
+template <typename T>
+__global__ void maxpool_bwd_vec_kernel(T *__restrict__ dx, const T *__restrict__ dy,
+                                       const int32_t *__restrict__ ind, PoolGeom<int32_t> g, int32_t total_v) {
+    constexpr int V = Vec16<T>::N;
+    const int32_t G = g.C / V;
+    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
+         i += (int32_t)(gridDim.x * blockDim.x)) {
+        const int32_t cg = i % G;
+        int32_t r = i / G;
+        const int32_t w = r % g.W;
+        r /= g.W;
+        const int32_t h = r % g.H, n = r / g.H;
+        const int32_t ps = (h + g.ph < g.kh) ? 0 : (h + g.ph - g.kh) / g.sh + 1;
+        int32_t pe = (h + g.ph) / g.sh + 1;
+        if (pe > g.P) pe = g.P;
+        const int32_t qs = (w + g.pw < g.kw) ? 0 : (w + g.pw - g.kw) / g.sw + 1;
+        int32_t qe = (w + g.pw) / g.sw + 1;
+        if (qe > g.Q) qe = g.Q;
+        const int32_t me = h * g.W + w;
+        float acc[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) acc[k] = 0.0f;
+        for (int32_t p = ps; p < pe; p++)
+            for (int32_t q = qs; q < qe; q++) {
+                const int32_t o = ((n * g.P + p) * g.Q + q) * G + cg;
+                Vec16<T> d;
+                d.raw = reinterpret_cast<const uint4 *>(dy)[o];
+                const int4 *io = reinterpret_cast<const int4 *>(ind + (int64_t)o * V);
+#pragma unroll
+                for (int j = 0; j < V / 4; j++) {
+                    const int4 ix = io[j];
+                    const int32_t e[4] = {ix.x, ix.y, ix.z, ix.w};
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        if (e[k] == me) acc[4 * j + k] += to_f<T>(d.v[4 * j + k]);
+                }
+            }
+        Vec16<T> out;
+#pragma unroll
+        for (int k = 0; k < V; k++) out.v[k] = from_f<T>(acc[k]);
+        reinterpret_cast<uint4 *>(dx)[i] = out.raw;
+    }
+}
+
+/* whether the vector kernels take a max pool: channels-last, C a multiple of the width,
+ * 16-byte aligned data, 32-bit indices */
+static bool maxpool_vec_ok(const dlt_tensor *big, const dlt_tensor *small, const dlt_tensor *ind) {
+    const int V = 16 / (int)dlt_dtype_size(big->dtype);
+    return big->format == DLT_FORMAT_CHANNELS_LAST && big->shape[1] % V == 0 && big->numel < ((int64_t)1 << 30) &&
+           small->numel < ((int64_t)1 << 30) && vec16_ok(big->shape[1], V, dlt__data(big), dlt__data(small), dlt__data(ind));
+}
+
 /* NCHW: each (n, c) row of HW elements is contiguous. LANES = 32: a warp per row (large
  * maps); LANES = 1: a thread per row (small maps such as ResNet's 1x1..4x4 at CIFAR size,
  * where neighbouring threads then read neighbouring rows). */
@@ -227,7 +331,13 @@ dlt_status dlt__cuda_maxpool_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *indice
                                  const dlt_tensor *x, const dlt_pool_params *p) {
     cudaStream_t st = dlt__stream(ctx);
     const int small = small_index(x->numel) && small_index(y->numel);
-    if (small) {
+    if (maxpool_vec_ok(x, y, indices)) {
+        const int32_t total_v = (int32_t)(y->numel / (16 / (int64_t)dlt_dtype_size(x->dtype)));
+        DLT_DISPATCH_FLOAT(x->dtype, T,
+            maxpool_fwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
+                (T *)dlt__data(y), (int32_t *)dlt__data(indices), (const T *)dlt__data(x),
+                pool_geom<int32_t>(x, y, p), total_v));
+    } else if (small) {
         DLT_DISPATCH_FLOAT(x->dtype, T, launch_maxpool_fwd<T, int32_t>(y, indices, x, p, st));
     } else {
         DLT_DISPATCH_FLOAT(x->dtype, T, launch_maxpool_fwd<T, int64_t>(y, indices, x, p, st));
@@ -240,7 +350,13 @@ dlt_status dlt__cuda_maxpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor 
                                  const dlt_tensor *indices, const dlt_pool_params *p) {
     cudaStream_t st = dlt__stream(ctx);
     const int small = small_index(dx->numel) && small_index(dy->numel);
-    if (small) {
+    if (maxpool_vec_ok(dx, dy, indices)) {
+        const int32_t total_v = (int32_t)(dx->numel / (16 / (int64_t)dlt_dtype_size(dx->dtype)));
+        DLT_DISPATCH_FLOAT(dx->dtype, T,
+            maxpool_bwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
+                (T *)dlt__data(dx), (const T *)dlt__data(dy), (const int32_t *)dlt__data(indices),
+                pool_geom<int32_t>(dx, dy, p), total_v));
+    } else if (small) {
         DLT_DISPATCH_FLOAT(dx->dtype, T, launch_maxpool_bwd<T, int32_t>(dx, dy, indices, p, st));
     } else {
         DLT_DISPATCH_FLOAT(dx->dtype, T, launch_maxpool_bwd<T, int64_t>(dx, dy, indices, p, st));

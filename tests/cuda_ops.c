@@ -187,6 +187,9 @@ static const op_case CASES[] = {
     {"max_pool2d 3x2/2x1/1x1", run_max_pool, 1, {X4(1, 3, 7, 9)}, {3, 2, 2, 1, 1, 1}, {0}},
     {"max_pool2d to 1x1", run_max_pool, 1, {X4(2, 3, 3, 3)}, {3, 3, 2, 2, 0, 0}, {0}},
     {"max_pool2d 64ch", run_max_pool, 1, {X4(2, 64, 8, 8)}, {3, 3, 2, 2, 1, 1}, {0}},
+    /* channels-last with C a multiple of 8: the 16-byte vector kernels (cuda/pool.cu) */
+    {"max_pool2d 16ch 3/1/1", run_max_pool, 1, {X4(2, 16, 7, 6)}, {3, 3, 1, 1, 1, 1}, {0}},
+    {"max_pool2d 8ch 3x2/2x1/1x1 odd map", run_max_pool, 1, {X4(3, 8, 9, 7)}, {3, 2, 2, 1, 1, 1}, {0}},
     {"global_avg_pool2d", run_gavg, 1, {X4(2, 3, 5, 7)}, {0}, {0}},
     {"global_avg_pool2d", run_gavg, 1, {X4(1, 16, 1, 1)}, {0}, {0}},
     {"global_avg_pool2d", run_gavg, 1, {X4(3, 64, 4, 4)}, {0}, {0}},
