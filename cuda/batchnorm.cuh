@@ -104,6 +104,7 @@ struct FastGeo {
     int ok;
     int one_batch; /* every thread's rows are one batch: the one-kernel form may run */
     int32_t V, G, TG, tiles, S;
+    int64_t M; /* rows per channel */
 };
 
 FastGeo fast_geo(const dlt_tensor *t, const void *p0, const void *p1, const void *p2,

@@ -92,7 +92,7 @@ __global__ void bn_fast_apply_fwd(T *y, const T *x, const T *res, const float *c
         Vec16<T> xv, rv;
         xv.raw = reinterpret_cast<const uint4 *>(x)[i];
         if (res) rv.raw = reinterpret_cast<const uint4 *>(res)[i];
-        reinterpret_cast<uint4 *>(y)[i] = fwd_out<T>(xv, res ? &rv : nullptr, m, sc, sh, relu).raw;
+        reinterpret_cast<uint4 *>(y)[i] = fwd_out<T>(xv, rv, res != nullptr, m, sc, sh, relu).raw;
     }
 }
 
@@ -161,6 +161,7 @@ FastGeo fast_geo(const dlt_tensor *t, const void *p0, const void *p1, const void
     if (S > FAST_MAX_SPLITS) S = FAST_MAX_SPLITS;
     if (S < 1) S = 1;
     f.S = (int32_t)S;
+    f.M = g.M;
     f.ok = 1;
     return f;
 }

@@ -108,7 +108,7 @@ __device__ __forceinline__ void fin_channel(const FastRed &a, int c, const FinIn
     } else {
         const double is = (double)f.is, g = (double)f.g;
         if (publish) {
-            if (a.dgamma) a.dgamma[c] = (float)((double)f.dg + t2 * is);
+            if (a.dgamma) a.dgamma[c] = (float)fma(t2, is, (double)f.dg);
             if (a.dbeta) a.dbeta[c] = (float)((double)f.db + t1);
         }
         const double md = t1 / n, mdx = t2 / n;
@@ -212,23 +212,25 @@ template <int V> __device__ __forceinline__ void load_chan(float *dst, const flo
     }
 }
 
-/* the elementwise outputs, shared by both forms: y = relu((x - m)*sc + sh + res) */
+/* The elementwise outputs, shared by both forms. The multiply-adds are written as fused
+ * ones so that the compiler cannot contract them differently in the two kernels (f32
+ * results would then differ in the last bit). y = relu((x - m)*sc + sh [+ res]) */
 template <typename T>
-__device__ __forceinline__ Vec16<T> fwd_out(const Vec16<T> &xv, const Vec16<T> *rv, const float *m,
-                                            const float *sc, const float *sh, int relu) {
+__device__ __forceinline__ Vec16<T> fwd_out(const Vec16<T> &xv, const Vec16<T> &rv, bool has_res,
+                                            const float *m, const float *sc, const float *sh, int relu) {
     constexpr int V = Vec16<T>::N;
     Vec16<T> out;
 #pragma unroll
     for (int k = 0; k < V; k++) {
-        float v = (to_f<T>(xv.v[k]) - m[k]) * sc[k] + sh[k];
-        if (rv) v += to_f<T>(rv->v[k]);
+        float v = __fmaf_rn(to_f<T>(xv.v[k]) - m[k], sc[k], sh[k]);
+        if (has_res) v += to_f<T>(rv.v[k]);
         if (relu) v = relu_f(v);
         out.v[k] = from_f<T>(v);
     }
     return out;
 }
 
-/* dx = d*a + (x - m)*b + k, d the masked dy */
+/* dx = d*a + ((x - m)*b + k), d the masked dy */
 template <typename T>
 __device__ __forceinline__ Vec16<T> bwd_out(const Vec16<T> &d, const Vec16<T> &xv, const float *m,
                                             const float *ca, const float *cb, const float *ck) {
@@ -236,7 +238,7 @@ __device__ __forceinline__ Vec16<T> bwd_out(const Vec16<T> &d, const Vec16<T> &x
     Vec16<T> out;
 #pragma unroll
     for (int k = 0; k < V; k++)
-        out.v[k] = from_f<T>(to_f<T>(d.v[k]) * ca[k] + (to_f<T>(xv.v[k]) - m[k]) * cb[k] + ck[k]);
+        out.v[k] = from_f<T>(__fmaf_rn(to_f<T>(d.v[k]), ca[k], __fmaf_rn(to_f<T>(xv.v[k]) - m[k], cb[k], ck[k])));
     return out;
 }
 
@@ -259,11 +261,11 @@ __device__ __forceinline__ void add_row(float *s1, float *s2, const float *ref, 
         if (MODE == RED_STATS) {
             const float v = to_f<T>(xv.v[k]) - ref[k];
             s1[k] += v;
-            s2[k] += v * v;
+            s2[k] = __fmaf_rn(v, v, s2[k]);
         } else {
             const float dk = to_f<T>(d.v[k]);
             s1[k] += dk;
-            s2[k] += dk * (to_f<T>(xv.v[k]) - ref[k]);
+            s2[k] = __fmaf_rn(dk, to_f<T>(xv.v[k]) - ref[k], s2[k]);
         }
     }
 }

@@ -40,16 +40,17 @@ __global__ void __launch_bounds__(FAST_THREADS, 2) bn_fast_one(FastRed a, FusedI
     const int c_fin = c_tile + (int)threadIdx.x;
     const bool finisher = (int)threadIdx.x < W && c_fin < a.C;
     const bool active = cg < a.G;
-    const int64_t step = (int64_t)a.S * RB, r0 = (int64_t)blockIdx.y * RB + ry;
+    /* 32-bit row and vector indices (one_kernel_wanted: M * G < 2^31) */
+    const int32_t M = (int32_t)a.M, step = a.S * RB, r0 = (int32_t)blockIdx.y * RB + ry;
     /* slot of (array j, row batch u) of this thread */
 #define HELD(j, u) held[((j) * FAST_UNROLL + (u)) * FAST_THREADS + threadIdx.x]
     const void *second = MODE == RED_STATS ? io.res : a.dy;
     if (active) {
 #pragma unroll
         for (int u = 0; u < FAST_UNROLL; u++) {
-            const int64_t rr = r0 + u * step;
-            if (rr < a.M) {
-                const int64_t vi = rr * a.G + cg;
+            const int32_t rr = r0 + u * step;
+            if (rr < M) {
+                const int32_t vi = rr * a.G + cg;
                 cp_async16(&HELD(0, u), reinterpret_cast<const uint4 *>(a.x) + vi, true);
                 if (second) cp_async16(&HELD(1, u), reinterpret_cast<const uint4 *>(second) + vi, true);
                 if (MODE == RED_BWD && a.y) cp_async16(&HELD(2, u), reinterpret_cast<const uint4 *>(a.y) + vi, true);
@@ -57,8 +58,6 @@ __global__ void __launch_bounds__(FAST_THREADS, 2) bn_fast_one(FastRed a, FusedI
         }
         cp_async_commit();
     }
-    FinIn fin;
-    if (finisher) fin = fin_load<T, MODE>(a, c_fin, blockIdx.y == 0);
     float s1[V], s2[V], ref[V];
 #pragma unroll
     for (int k = 0; k < V; k++) s1[k] = s2[k] = ref[k] = 0.0f;
@@ -67,8 +66,8 @@ __global__ void __launch_bounds__(FAST_THREADS, 2) bn_fast_one(FastRed a, FusedI
         cp_async_wait<0>(); /* this thread's own slots: no block barrier needed */
 #pragma unroll
         for (int u = 0; u < FAST_UNROLL; u++) {
-            const int64_t rr = r0 + u * step;
-            if (rr >= a.M) break;
+            const int32_t rr = r0 + u * step;
+            if (rr >= M) break;
             Vec16<T> xv, d;
             xv.raw = HELD(0, u);
             if (MODE == RED_BWD) {
@@ -99,6 +98,9 @@ __global__ void __launch_bounds__(FAST_THREADS, 2) bn_fast_one(FastRed a, FusedI
         }
         __syncthreads();
     }
+    /* loaded here, not at the start (registers), overlapping the partials' loads */
+    FinIn fin;
+    if (finisher) fin = fin_load<T, MODE>(a, c_fin, blockIdx.y == 0);
     double t1, t2;
     tile_totals(a, block_sum, sh, W, c_tile, finisher, t1, t2);
     if (finisher) {
@@ -116,21 +118,17 @@ __global__ void __launch_bounds__(FAST_THREADS, 2) bn_fast_one(FastRed a, FusedI
         }
     }
     if (!active) return;
-    float c0[V], c1[V], c2[V], c3[V];
-    const int o = tg * V;
-    load_chan<V>(c0, coef_sh + o);
-    load_chan<V>(c1, coef_sh + FAST_W_MAX + o);
-    load_chan<V>(c2, coef_sh + 2 * FAST_W_MAX + o);
-    if (MODE == RED_BWD) load_chan<V>(c3, coef_sh + 3 * FAST_W_MAX + o);
+    /* the coefficients are read from shared memory where used (registers are short here) */
+    const float *c0 = coef_sh + tg * V, *c1 = c0 + FAST_W_MAX, *c2 = c1 + FAST_W_MAX, *c3 = c2 + FAST_W_MAX;
 #pragma unroll
     for (int u = 0; u < FAST_UNROLL; u++) {
-        const int64_t rr = r0 + u * step;
-        if (rr >= a.M) break;
+        const int32_t rr = r0 + u * step;
+        if (rr >= M) break;
         Vec16<T> xv, v1, out;
         xv.raw = HELD(0, u);
         if (second) v1.raw = HELD(1, u);
         if (MODE == RED_STATS)
-            out = fwd_out<T>(xv, io.res ? &v1 : nullptr, c0, c1, c2, io.relu);
+            out = fwd_out<T>(xv, v1, io.res != nullptr, c0, c1, c2, io.relu);
         else
             out = bwd_out<T>(v1, xv, c0, c1, c2, c3);
         reinterpret_cast<uint4 *>(io.out)[rr * a.G + cg] = out.raw;
@@ -177,6 +175,7 @@ dlt_status one_kernel_wanted(dlt_ctx *ctx, const FastGeo &f, int32_t dtype, int 
     DLT_CHECK(dlt__cudnn_settings(ctx, &set));
     dlt_cuda_state *s = dlt__cu(ctx);
     if (!set->bn_one_kernel || !f.one_batch || !s->coop_launch) return DLT_OK;
+    if (f.M * f.G >= ((int64_t)1 << 31)) return DLT_OK; /* the kernel's indices are 32-bit */
     int *slot = &s->bn_coresident[dtype_slot(dtype)][mode];
     if (*slot == 0) {
         int blocks = 0;
