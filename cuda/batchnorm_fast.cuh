@@ -23,12 +23,12 @@ namespace bn {
  *  - two launches per direction: a reduction whose last block (arrival counter) finishes
  *    the per-channel statistics, and an elementwise pass, both with 16-byte loads;
  *  - one launch ("one kernel"), where every thread's rows are one batch of FAST_UNROLL and
- *    the grid can be co-resident (a cooperative launch guarantees it): each block keeps its
- *    values in registers, publishes its partial sums, waits at its tile's arrival counter
- *    until every split has, sums the partials itself (the same fixed order as the last
- *    block of the two-launch form) and applies the result to the values it holds. No second
- *    launch, no second read of the tensor; at ResNet50-on-CIFAR sizes every BN but the
- *    stem's (batch 256) is one kernel.
+ *    the grid can be co-resident (a cooperative launch guarantees it): each block copies
+ *    its rows into shared memory, publishes its partial sums, waits at its tile's arrival
+ *    counter until every split has, sums the partials itself (the same fixed order as the
+ *    last block of the two-launch form) and applies the result to the values it holds. No
+ *    second launch, no second read of the tensor; at ResNet50-on-CIFAR sizes every BN but
+ *    the stem's (batch 256) is one kernel.
  * The ReLU mask of the backward is applied in the sums and the output. Deterministic: a
  * fixed row partition per shape, the final sum in split order in double, no float atomics.
  *
@@ -61,8 +61,9 @@ struct FastRed {
     double eps, momentum;
 };
 
-/* What a finishing thread reads for its channel, loaded at the start so that it is not one
- * more round trip at the end of the chain. */
+/* What a finishing thread reads for its channel, loaded early so that it is not one more
+ * round trip at the end of the chain (at the start in the two-launch reduction; after the
+ * wait, beside the partials' loads, in the one-kernel form, whose registers are short). */
 struct FinIn {
     float g, b, shift;   /* forward: gamma, beta, the shift of the sums (x at row 0) */
     float is, m, dg, db; /* backward: saved invstd and mean, dgamma/dbeta so far (beta_acc) */
