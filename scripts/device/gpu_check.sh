@@ -321,29 +321,24 @@ if has autotune; then
   grep -E '^\| 256' "$OUT/bench-autotune.txt" | tr -s ' ' | sed 's/^/   /'
 fi
 
-if has convgemm; then
-  # which convolutions run as cuBLASLt GEMMs (DLT_CONV_GEMM 0/1/2, docs/ops.md), same binary
+# bench_ab STAGE VAR BATCHES VALUES...: the graph bench (fp16, bf16, channels-last) once per
+# value of the environment variable VAR, same binary, one table each
+bench_ab() {
+  local stage=$1 var=$2 batches=$3 v t
+  shift 3
   t=$(date +%s)
-  for gm in 0 1 2; do
-    DLT_CONV_GEMM=$gm build-gpu/examples/bench --batch ${CONVGEMM_BATCHES:-64,256,1024} --amp fp16,bf16 \
-      --format nhwc --mode graph >"$OUT/bench-convgemm-$gm.txt" 2>&1
-    note "bench with DLT_CONV_GEMM=$gm rc=$?:"
-    grep -E '^\| [0-9]' "$OUT/bench-convgemm-$gm.txt" | tr -s ' ' | sed 's/^/   /'
+  for v in "$@"; do
+    env "$var=$v" build-gpu/examples/bench --batch "$batches" --amp fp16,bf16 --format nhwc --mode graph \
+      >"$OUT/bench-$stage-$v.txt" 2>&1
+    note "bench with $var=$v rc=$?:"
+    grep -E '^\| [0-9]' "$OUT/bench-$stage-$v.txt" | tr -s ' ' | sed 's/^/   /'
   done
-  note "convgemm: $(( $(date +%s) - t )) s"
-fi
-
-if has bnone; then
-  # BatchNorm as one kernel per direction or two launches (DLT_BN_ONE_KERNEL, docs/ops.md)
-  t=$(date +%s)
-  for on in 0 1; do
-    DLT_BN_ONE_KERNEL=$on build-gpu/examples/bench --batch ${BNONE_BATCHES:-64,256,1024} --amp fp16,bf16 \
-      --format nhwc --mode graph >"$OUT/bench-bnone-$on.txt" 2>&1
-    note "bench with DLT_BN_ONE_KERNEL=$on rc=$?:"
-    grep -E '^\| [0-9]' "$OUT/bench-bnone-$on.txt" | tr -s ' ' | sed 's/^/   /'
-  done
-  note "bnone: $(( $(date +%s) - t )) s"
-fi
+  note "$stage: $(( $(date +%s) - t )) s"
+}
+# which convolutions run as cuBLASLt GEMMs (DLT_CONV_GEMM 0/1/2, docs/ops.md)
+has convgemm && bench_ab convgemm DLT_CONV_GEMM "${CONVGEMM_BATCHES:-64,256,1024}" 0 1 2
+# BatchNorm as one kernel per direction or two launches (DLT_BN_ONE_KERNEL, docs/ops.md)
+has bnone && bench_ab bnone DLT_BN_ONE_KERNEL "${BNONE_BATCHES:-64,256,1024}" 0 1
 
 if has parity && [ -f tests/interop/torch_train_parity.py ]; then
   t=$(date +%s)
