@@ -75,17 +75,37 @@ __device__ __forceinline__ void split4(I i, I C, I A, I B, int cl, I &n, I &c, I
     }
 }
 
+/* Rows [hs, he) and columns [ws, we) of output (p, q)'s window, clipped to the input. */
+template <typename I>
+__device__ __forceinline__ void window_of(const PoolGeom<I> &g, I p, I q, I &hs, I &he, I &ws, I &we) {
+    hs = p * g.sh - g.ph;
+    ws = q * g.sw - g.pw;
+    he = hs + g.kh < g.H ? hs + g.kh : g.H;
+    we = ws + g.kw < g.W ? ws + g.kw : g.W;
+    if (hs < 0) hs = 0;
+    if (ws < 0) ws = 0;
+}
+
+/* The outputs [ps, pe) x [qs, qe) whose windows contain input (h, w):
+ * p*sh - ph <= h < p*sh - ph + kh, and the same for w. */
+template <typename I>
+__device__ __forceinline__ void outputs_over(const PoolGeom<I> &g, I h, I w, I &ps, I &pe, I &qs, I &qe) {
+    ps = (h + g.ph < g.kh) ? 0 : (h + g.ph - g.kh) / g.sh + 1;
+    pe = (h + g.ph) / g.sh + 1;
+    if (pe > g.P) pe = g.P;
+    qs = (w + g.pw < g.kw) ? 0 : (w + g.pw - g.kw) / g.sw + 1;
+    qe = (w + g.pw) / g.sw + 1;
+    if (qe > g.Q) qe = g.Q;
+}
+
 template <typename T, typename I>
 __global__ void maxpool_fwd_kernel(T *__restrict__ y, int32_t *__restrict__ ind,
                                    const T *__restrict__ x, PoolGeom<I> g, I total) {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         I n, c, p, q;
         split4<I>(i, g.C, g.P, g.Q, g.cl, n, c, p, q);
-        I hs = p * g.sh - g.ph, ws = q * g.sw - g.pw;
-        I he = hs + g.kh < g.H ? hs + g.kh : g.H;
-        I we = ws + g.kw < g.W ? ws + g.kw : g.W;
-        if (hs < 0) hs = 0;
-        if (ws < 0) ws = 0;
+        I hs, he, ws, we;
+        window_of<I>(g, p, q, hs, he, ws, we);
         const T *base;
         I step_w, step_h;
         if (g.cl) {
@@ -119,13 +139,8 @@ __global__ void maxpool_bwd_kernel(T *__restrict__ dx, const T *__restrict__ dy,
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         I n, c, h, w;
         split4<I>(i, g.C, g.H, g.W, g.cl, n, c, h, w);
-        /* outputs whose window contains row h: p*sh - ph <= h < p*sh - ph + kh */
-        I ps = (h + g.ph < g.kh) ? 0 : (h + g.ph - g.kh) / g.sh + 1;
-        I pe = (h + g.ph) / g.sh + 1;
-        if (pe > g.P) pe = g.P;
-        I qs = (w + g.pw < g.kw) ? 0 : (w + g.pw - g.kw) / g.sw + 1;
-        I qe = (w + g.pw) / g.sw + 1;
-        if (qe > g.Q) qe = g.Q;
+        I ps, pe, qs, qe;
+        outputs_over<I>(g, h, w, ps, pe, qs, qe);
         const int32_t me = (int32_t)(h * g.W + w);
         float acc = 0.0f;
         for (I p = ps; p < pe; p++) {
@@ -148,16 +163,9 @@ __global__ void maxpool_fwd_vec_kernel(T *__restrict__ y, int32_t *__restrict__ 
     const int32_t G = g.C / V;
     for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
          i += (int32_t)(gridDim.x * blockDim.x)) {
-        const int32_t cg = i % G;
-        int32_t r = i / G;
-        const int32_t q = r % g.Q;
-        r /= g.Q;
-        const int32_t p = r % g.P, n = r / g.P;
-        int32_t hs = p * g.sh - g.ph, ws = q * g.sw - g.pw;
-        const int32_t he = hs + g.kh < g.H ? hs + g.kh : g.H;
-        const int32_t we = ws + g.kw < g.W ? ws + g.kw : g.W;
-        if (hs < 0) hs = 0;
-        if (ws < 0) ws = 0;
+        int32_t n, cg, p, q, hs, he, ws, we;
+        split4<int32_t>(i, G, g.P, g.Q, 1, n, cg, p, q); /* channels-last: groups of V innermost */
+        window_of<int32_t>(g, p, q, hs, he, ws, we);
         const uint4 *base = reinterpret_cast<const uint4 *>(x) + (int64_t)n * g.H * g.W * G + cg;
         float best[V];
         int32_t bi[V];
@@ -196,17 +204,9 @@ __global__ void maxpool_bwd_vec_kernel(T *__restrict__ dx, const T *__restrict__
     const int32_t G = g.C / V;
     for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
          i += (int32_t)(gridDim.x * blockDim.x)) {
-        const int32_t cg = i % G;
-        int32_t r = i / G;
-        const int32_t w = r % g.W;
-        r /= g.W;
-        const int32_t h = r % g.H, n = r / g.H;
-        const int32_t ps = (h + g.ph < g.kh) ? 0 : (h + g.ph - g.kh) / g.sh + 1;
-        int32_t pe = (h + g.ph) / g.sh + 1;
-        if (pe > g.P) pe = g.P;
-        const int32_t qs = (w + g.pw < g.kw) ? 0 : (w + g.pw - g.kw) / g.sw + 1;
-        int32_t qe = (w + g.pw) / g.sw + 1;
-        if (qe > g.Q) qe = g.Q;
+        int32_t n, cg, h, w, ps, pe, qs, qe;
+        split4<int32_t>(i, G, g.H, g.W, 1, n, cg, h, w);
+        outputs_over<int32_t>(g, h, w, ps, pe, qs, qe);
         const int32_t me = h * g.W + w;
         float acc[V];
 #pragma unroll
