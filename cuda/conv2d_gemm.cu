@@ -48,12 +48,17 @@ struct Window {
 int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* x, w and y share one float dtype the GEMMs take */
+int same_float_dtype(const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *y) {
+    return x->dtype == w->dtype && x->dtype == y->dtype &&
+           (x->dtype == DLT_F32 || x->dtype == DLT_F16 || x->dtype == DLT_BF16);
+}
+
 /* 1 when the convolution qualifies, with its window */
 int window_of(const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *y, const dlt_conv_params *p,
               Window *o) {
     if (y->shape[2] != 1 || y->shape[3] != 1 || p->groups != 1) return 0;
-    if (x->dtype != w->dtype || x->dtype != y->dtype) return 0;
-    if (x->dtype != DLT_F32 && x->dtype != DLT_F16 && x->dtype != DLT_BF16) return 0;
+    if (!same_float_dtype(x, w, y)) return 0;
     o->N = x->shape[0], o->C = x->shape[1], o->H = x->shape[2], o->W = x->shape[3];
     o->K = w->shape[0], o->R = w->shape[2], o->S = w->shape[3];
     if ((o->R > 1 && p->dil[0] != 1) || (o->S > 1 && p->dil[1] != 1)) return 0;
@@ -74,8 +79,7 @@ int window_of(const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *y, con
 int pointwise(const dlt_tensor *x, const dlt_tensor *w, const dlt_tensor *y, const dlt_conv_params *p) {
     return w->shape[2] == 1 && w->shape[3] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
            p->pad[0] == 0 && p->pad[1] == 0 && p->groups == 1 && x->format == DLT_FORMAT_CHANNELS_LAST &&
-           y->format == DLT_FORMAT_CHANNELS_LAST && x->dtype == w->dtype && x->dtype == y->dtype &&
-           (x->dtype == DLT_F32 || x->dtype == DLT_F16 || x->dtype == DLT_BF16) && x->numel > 0 &&
+           y->format == DLT_FORMAT_CHANNELS_LAST && same_float_dtype(x, w, y) && x->numel > 0 &&
            y->numel > 0 && x->shape[2] == y->shape[2] && x->shape[3] == y->shape[3];
 }
 
