@@ -16,7 +16,7 @@ namespace {
 /* Two-launch form, the reduction. The latency chain (load, block sum, publish, count, final
  * sum) is what costs at these sizes, so every step keeps many loads in flight: FAST_UNROLL
  * rows per thread before summing, warp shuffles across the rows of a warp, and the last
- * block reads the partials eight at a time. */
+ * block reads the partials FAST_FIN_LOADS at a time. */
 template <typename T, int MODE> __global__ void __launch_bounds__(FAST_THREADS) bn_fast_reduce(FastRed a) {
     constexpr int V = Vec16<T>::N;
     __shared__ __align__(16) float sh[2 * FAST_WARPS * FAST_W_MAX]; /* [2][warps][W]; later doubles */
@@ -186,7 +186,12 @@ dlt_status fast_fwd_train(dlt_ctx *ctx, const FastGeo &f, dlt_tensor *y, const d
     a.M = g.M;
     a.eps = eps;
     a.momentum = momentum;
-    if (one) return one_fwd(ctx, f, a, x->dtype, dlt__data(y), res ? dlt__data(res) : NULL, relu ? 1 : 0);
+    if (one) {
+        int ran = 0;
+        DLT_CHECK(one_fwd(ctx, f, a, x->dtype, dlt__data(y), res ? dlt__data(res) : NULL, relu ? 1 : 0, &ran));
+        if (ran) return DLT_OK;
+        /* refused: two launches; their counters are the first half of the one kernel's */
+    }
     cudaStream_t st = dlt__stream(ctx);
     const dim3 grid((unsigned)f.tiles, (unsigned)f.S);
     DLT_DISPATCH_FLOAT(x->dtype, T, bn_fast_reduce<T, RED_STATS><<<grid, FAST_THREADS, 0, st>>>(a));
@@ -220,7 +225,11 @@ dlt_status fast_bwd(dlt_ctx *ctx, const FastGeo &f, dlt_tensor *dx, dlt_tensor *
     a.dbeta = fptr(dbeta);
     a.beta_acc = beta_acc ? 1 : 0;
     a.M = g.M;
-    if (one) return one_bwd(ctx, f, a, dy->dtype, dlt__data(dx), dres ? dlt__data(dres) : NULL);
+    if (one) {
+        int ran = 0;
+        DLT_CHECK(one_bwd(ctx, f, a, dy->dtype, dlt__data(dx), dres ? dlt__data(dres) : NULL, &ran));
+        if (ran) return DLT_OK; /* refused: two launches, as in the forward */
+    }
     cudaStream_t st = dlt__stream(ctx);
     const dim3 grid((unsigned)f.tiles, (unsigned)f.S);
     DLT_DISPATCH_FLOAT(dy->dtype, T, bn_fast_reduce<T, RED_BWD><<<grid, FAST_THREADS, 0, st>>>(a));

@@ -40,7 +40,11 @@ namespace bn {
  * ------------------------------------------------------------------------------------- */
 constexpr int FAST_THREADS = 512;
 constexpr int FAST_WARPS = FAST_THREADS / 32;
+/* Row splits per channel tile. 256 (the stem's BN at batch 256 then one cooperative grid,
+ * the largest BNs over more blocks) measured 0.5-1% slower on the H200 at batch 64-1024
+ * (docs/performance.md, twelfth session), so 64. */
 constexpr int FAST_MAX_SPLITS = 64;
+constexpr int FAST_FIN_LOADS = 8; /* partials a finishing thread has in flight */
 constexpr int FAST_UNROLL = 4; /* rows loaded before they are summed: loads in flight */
 constexpr int FAST_W_MAX = 64; /* channels per tile: TG <= 8 groups of V <= 8 */
 
@@ -163,9 +167,10 @@ __device__ __forceinline__ void publish_partial(const FastRed &a, float block_su
 }
 
 /* The tile's totals, once every split's partial is visible (or from block_sum alone with one
- * split): 2W (which, col) pairs x lanes threads sum the splits eight loads at a time, in
- * split order, in double; finishing thread t < W gets channel c_tile + t's t1, t2. Both
- * forms run this, so they agree bit for bit. Uses sh (after a barrier). */
+ * split): 2W (which, col) pairs x lanes threads sum the splits FAST_FIN_LOADS loads at a
+ * time, in split order (thread ln: splits ln, ln + lanes, ...), in double; finishing thread
+ * t < W gets channel c_tile + t's t1, t2. Both forms run this, so they agree bit for bit.
+ * Uses sh (after a barrier). */
 __device__ __forceinline__ void tile_totals(const FastRed &a, float block_sum, float *sh, int W, int c_tile,
                                             bool finisher, double &t1, double &t2) {
     const int pairs = 2 * W, lanes = a.S > 1 ? FAST_THREADS / pairs : 1;
@@ -174,15 +179,15 @@ __device__ __forceinline__ void tile_totals(const FastRed &a, float block_sum, f
         const int p = (int)threadIdx.x % pairs, ln = (int)threadIdx.x / pairs;
         const int which = p / W, c = c_tile + p % W;
         if (c < a.C)
-            for (int s0 = ln; s0 < a.S; s0 += 8 * lanes) {
-                float v[8];
+            for (int s0 = ln; s0 < a.S; s0 += FAST_FIN_LOADS * lanes) {
+                float v[FAST_FIN_LOADS];
 #pragma unroll
-                for (int u = 0; u < 8; u++) {
+                for (int u = 0; u < FAST_FIN_LOADS; u++) {
                     const int sp = s0 + u * lanes;
                     v[u] = sp < a.S ? __ldcg(&a.part[((int64_t)sp * 2 + which) * a.C + c]) : 0.0f;
                 }
 #pragma unroll
-                for (int u = 0; u < 8; u++) acc += (double)v[u];
+                for (int u = 0; u < FAST_FIN_LOADS; u++) acc += (double)v[u];
             }
     } else {
         acc = (double)block_sum; /* one split: this block has every row */
@@ -288,13 +293,17 @@ __device__ __forceinline__ void load_ref(float *ref, const FastRed &a, int cg) {
 
 /* ---- batchnorm_one.cu: one kernel per direction ---- */
 /* Whether this BN runs as one kernel: DLT_BN_ONE_KERNEL on, one batch of rows per thread,
- * and the grid co-resident on the device (asked once per context and instantiation). */
+ * and the grid co-resident on the device (asked once per context and instantiation; not
+ * asked under DLT_BN_ONE_KERNEL=2, which tests the fallback from a refused launch). */
 dlt_status one_kernel_wanted(dlt_ctx *ctx, const FastGeo &f, int32_t dtype, int mode, int *want);
-/* a (filled as for the two-launch form, with 2 x tiles counters): y = relu(bn(x) + res) */
+/* a (filled as for the two-launch form, with 2 x tiles counters): y = relu(bn(x) + res).
+ * *ran = 0: the runtime refused the cooperative grid (nothing ran; this context's BNs of
+ * the dtype and direction take two launches from then on); the caller runs two launches. */
 dlt_status one_fwd(dlt_ctx *ctx, const FastGeo &f, const FastRed &a, int32_t dtype, void *y, const void *res,
-                   int relu);
-/* dx, and dres = the masked dy where not NULL */
-dlt_status one_bwd(dlt_ctx *ctx, const FastGeo &f, const FastRed &a, int32_t dtype, void *dx, void *dres);
+                   int relu, int *ran);
+/* dx, and dres = the masked dy where not NULL; *ran as for one_fwd */
+dlt_status one_bwd(dlt_ctx *ctx, const FastGeo &f, const FastRed &a, int32_t dtype, void *dx, void *dres,
+                   int *ran);
 
 } // namespace bn
 } // namespace dlt

@@ -56,6 +56,7 @@ static int g_strict_group; /* the group where the ResNet path must stay on cuDNN
 static int g_bg_installs; /* plans built in the background and installed */
 static int g_gemm_plans;  /* cuBLASLt plans of convolutions run as GEMMs (conv2d_gemm.cu) */
 static int g_one_kernel;  /* contexts that ran a BN as one kernel per direction (batchnorm_fast.cu) */
+static int g_one_refused; /* cooperative BN launches the runtime refused (batchnorm_one.cu) */
 
 static void log_cb(int32_t level, const char *msg, void *user) {
     (void)user;
@@ -63,6 +64,7 @@ static void log_cb(int32_t level, const char *msg, void *user) {
     if (strstr(msg, "(built in the background)")) g_bg_installs++;
     if (strstr(msg, "plan for a strided GEMM")) g_gemm_plans++;
     if (strstr(msg, "BatchNorm as one kernel per direction")) g_one_kernel++;
+    if (strstr(msg, "was refused as larger than the GPU holds")) g_one_refused++;
     printf("# [%s] %s\n", level == DLT_LOG_ERROR ? "error" : level == DLT_LOG_WARNING ? "warning" : "info",
            msg);
 }
@@ -514,14 +516,28 @@ static void test_deterministic(void) {
  * the single-pass kernels' two forms (one kernel per direction, two launches) do the same
  * arithmetic in the same order: their outputs are bitwise equal. g_gpu runs two launches
  * (the native-two group, DLT_BN_ONE_KERNEL=0); a context made with the default runs one.
+ * With g_form_refused, the second context is made with DLT_BN_ONE_KERNEL=2 and the case's
+ * grid is larger than the GPU holds: the runtime refuses the cooperative launch and the BN
+ * must fall back to two launches, with the same bits and nothing left behind for the
+ * second step.
  * ------------------------------------------------------------------------------------- */
-static int g_form_dtype, g_form_case;
+static int g_form_dtype;
+static const bn_case *g_form;
+static int g_form_refused;
+
+/* 64 images of 2048 channels at 8x8: one batch of rows per thread (16 splits), 512 blocks
+ * in 16-bit types and 1024 in f32, more than any current GPU holds at once (264 on an H200) */
+static const bn_case BN_TOO_LARGE = {"2048ch 8x8, 64 images (grid larger than the GPU)", 64, 2048, 8, 8, 1, 1,
+                                     1, 1, 0};
 
 static void test_forms_equal(void) {
     GPU_OR_SKIP();
-    const bn_case *b = &BN_CASES[g_form_case];
+    const bn_case *b = g_form;
     const int32_t dt = g_form_dtype, cl = DLT_FORMAT_CHANNELS_LAST;
-    unsetenv("DLT_BN_ONE_KERNEL");
+    if (g_form_refused)
+        setenv("DLT_BN_ONE_KERNEL", "2", 1);
+    else
+        unsetenv("DLT_BN_ONE_KERNEL");
     dlt_ctx *one = th_cuda_ctx();
     setenv("DLT_BN_ONE_KERNEL", "0", 1);
     REQUIRE(one != NULL, "second CUDA context: %s", th_skip_reason);
@@ -536,7 +552,7 @@ static void test_forms_equal(void) {
     make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 1, 0.0, 1.0, &cpu[5], &gpu[0][5]); /* running mean */
     make_pair(cs, 1, DLT_F32, DLT_FORMAT_CONTIGUOUS, 0, 0.5, 1.5, &cpu[6], &gpu[0][6]); /* running var */
     for (int i = 0; i < 7; i++) CHECK_OK(dlt_tensor_to_ctx(cpu[i], one, &gpu[1][i]));
-    const int before = g_one_kernel;
+    const int before = g_one_kernel, refused_before = g_one_refused;
     static const char *names[8] = {"y", "running_mean", "running_var", "dx", "dresidual", "dgamma", "dbeta",
                                    "dgamma accumulated"};
     unsigned char *bytes[2][8];
@@ -564,8 +580,18 @@ static void test_forms_equal(void) {
         bytes[k][7] = host_bytes(dlt_tensor_grad(t[3]), &sizes[k][7]);
         dlt_tensor_release(y);
     }
-    CHECK(g_one_kernel > before, "the default context did not run this BN as one kernel");
-    check_same_bytes(bytes[0], bytes[1], sizes[0], sizes[1], names, 8, "differs between one kernel and two launches");
+    if (g_form_refused) {
+        /* once per direction: after a refusal that context does not try again */
+        CHECK(g_one_refused - refused_before == 2, "%d refused launches logged, expected 2 (forward, backward)",
+              g_one_refused - refused_before);
+        check_same_bytes(bytes[0], bytes[1], sizes[0], sizes[1], names, 8,
+                         "differs between the refused one kernel's fallback and two launches");
+    } else {
+        CHECK(g_one_kernel > before, "the default context did not run this BN as one kernel");
+        CHECK(g_one_refused == refused_before, "a cooperative launch was refused");
+        check_same_bytes(bytes[0], bytes[1], sizes[0], sizes[1], names, 8,
+                         "differs between one kernel and two launches");
+    }
     for (int i = 0; i < 7; i++) {
         dlt_tensor_release(cpu[i]);
         dlt_tensor_release(gpu[0][i]);
@@ -710,11 +736,22 @@ int main(void) {
             for (int i = 0; i < 3; i++) {
                 char name[200];
                 g_form_dtype = DTYPES[d];
-                g_form_case = form_cases[i];
+                g_form = &BN_CASES[form_cases[i]];
                 snprintf(name, sizeof name, "native-two: BN %s %s, one kernel and two launches bitwise equal",
-                         dlt_dtype_name(DTYPES[d]), BN_CASES[form_cases[i]].name);
+                         dlt_dtype_name(DTYPES[d]), g_form->name);
                 th_run(test_forms_equal, name);
             }
+        /* a cooperative grid the runtime refuses (DLT_BN_ONE_KERNEL=2 skips the size check) */
+        g_form_refused = 1;
+        g_form = &BN_TOO_LARGE;
+        for (int d = 0; d < 3; d++) {
+            char name[200];
+            g_form_dtype = DTYPES[d];
+            snprintf(name, sizeof name, "native-two: BN %s %s: the refused launch falls back to two launches",
+                     dlt_dtype_name(DTYPES[d]), g_form->name);
+            th_run(test_forms_equal, name);
+        }
+        g_form_refused = 0;
         gpu_end();
         unsetenv("DLT_BN_ONE_KERNEL");
         printf("# group native-two: %.1f s\n", now_s() - t0);

@@ -25,11 +25,13 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
     [DLT__ENV_BN_NATIVE_MAX_BWD] = {"DLT_BN_NATIVE_MAX_BWD", DLT__ENV_COUNT,
         DLT__ENV_BN_NATIVE_MAX, 0, 0, INT64_MAX, "elements (`DLT_BN_NATIVE_MAX`)",
         "the same threshold for the backward alone"},
-    [DLT__ENV_BN_ONE_KERNEL] = {"DLT_BN_ONE_KERNEL", DLT__ENV_ON, -1, 1, 0, 0,
-        "`0` (unset: on)",
+    [DLT__ENV_BN_ONE_KERNEL] = {"DLT_BN_ONE_KERNEL", DLT__ENV_COUNT, -1, 1, 0, 2,
+        "`0`, `1`, `2` (1)",
         "`0`: our single-pass BatchNorm kernels always take two launches per direction (the "
         "reduction, then the elementwise pass), also where one co-resident grid holds the "
-        "tensor on chip and does both (docs/ops.md)"},
+        "tensor on chip and does both (docs/ops.md); `2` (for tests): one kernel without "
+        "asking whether the grid fits, so a grid too large is refused by the runtime and "
+        "falls back to two launches"},
     [DLT__ENV_BN_CUDNN_RUNNING_STATS] = {"DLT_BN_CUDNN_RUNNING_STATS", DLT__ENV_ON, -1, 1, 0, 0,
         "`0` (unset: on)",
         "`0`: our kernel updates the running statistics from cuDNN's saved mean and inverse std "
