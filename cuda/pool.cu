@@ -19,7 +19,8 @@
  * order is the same in both formats.
  *
  * One thread per output element (per input element in max-pool backward), or per 16 bytes
- * of channels in channels-last when C allows (the _vec kernels). Threads walk
+ * of channels in channels-last when C allows (the _vec kernels; global average pooling's
+ * only where the map has at most 64 positions). Threads walk
  * the tensor in memory order, so in channels-last neighbouring threads take neighbouring
  * channels and every load is coalesced. Index math is 32-bit when the tensor allows it.
  */
@@ -284,6 +285,62 @@ __global__ void gavg_fwd_cl_kernel(T *__restrict__ y, const T *__restrict__ x, i
     }
 }
 
+/* NHWC with C a multiple of the 16-byte width and few positions (hw <= GAVG_VEC_MAX_HW:
+ * ResNet's 1x1..7x7 final maps): a thread per (image, 16 bytes of channels) walks the
+ * positions in order, so neighbouring threads read neighbouring 16 bytes. The sum is the
+ * same sequence of fp32 additions as gavg_fwd_cl_kernel's for hw <= 8 (position j in
+ * its row j, the rows added in order); for larger hw the order differs (fp32 rounding). */
+constexpr int64_t GAVG_VEC_MAX_HW = 64;
+
+template <typename T>
+__global__ void gavg_fwd_vec_kernel(T *__restrict__ y, const T *__restrict__ x, int32_t G, int32_t hw,
+                                    int32_t total_v, float inv) {
+    constexpr int V = Vec16<T>::N;
+    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
+         i += (int32_t)(gridDim.x * blockDim.x)) {
+        const int32_t n = i / G, g = i - n * G;
+        const uint4 *src = reinterpret_cast<const uint4 *>(x) + (int64_t)n * hw * G + g;
+        float acc[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) acc[k] = 0.0f;
+        for (int32_t j = 0; j < hw; j++) {
+            Vec16<T> v;
+            v.raw = src[(int64_t)j * G];
+#pragma unroll
+            for (int k = 0; k < V; k++) acc[k] += to_f<T>(v.v[k]);
+        }
+        Vec16<T> out;
+#pragma unroll
+        for (int k = 0; k < V; k++) out.v[k] = from_f<T>(acc[k] * inv);
+        reinterpret_cast<uint4 *>(y)[i] = out.raw;
+    }
+}
+
+/* backward of the above: dx[n, j, c] = dy[n, c] / hw, 16 bytes of channels per thread
+ * (the same division per element as gavg_bwd_kernel) */
+template <typename T>
+__global__ void gavg_bwd_vec_kernel(T *__restrict__ dx, const T *__restrict__ dy, int32_t G, int32_t hw,
+                                    int32_t total_v, float count) {
+    constexpr int V = Vec16<T>::N;
+    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
+         i += (int32_t)(gridDim.x * blockDim.x)) {
+        const int32_t g = i % G, n = i / (hw * G);
+        Vec16<T> d, out;
+        d.raw = reinterpret_cast<const uint4 *>(dy)[n * G + g];
+#pragma unroll
+        for (int k = 0; k < V; k++) out.v[k] = from_f<T>(to_f<T>(d.v[k]) / count);
+        reinterpret_cast<uint4 *>(dx)[i] = out.raw;
+    }
+}
+
+/* whether the vector kernels take a global average pool (big: x or dx; small: y or dy) */
+static bool gavg_vec_ok(const dlt_tensor *big, const dlt_tensor *small) {
+    const int V = 16 / (int)dlt_dtype_size(big->dtype);
+    const int64_t hw = big->shape[2] * big->shape[3];
+    return big->format == DLT_FORMAT_CHANNELS_LAST && hw <= GAVG_VEC_MAX_HW && big->numel < ((int64_t)1 << 30) &&
+           vec16_ok(big->shape[1], V, dlt__data(big), dlt__data(small));
+}
+
 template <typename T, typename I>
 __global__ void gavg_bwd_kernel(T *__restrict__ dx, const T *__restrict__ dy, I C, I hw, int cl,
                                 float count, I total) {
@@ -369,7 +426,13 @@ dlt_status dlt__cuda_gavgpool_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor 
     cudaStream_t st = dlt__stream(ctx);
     const int64_t N = x->shape[0], C = x->shape[1], hw = x->shape[2] * x->shape[3];
     const float inv = 1.0f / (float)hw;
-    if (x->format == DLT_FORMAT_CHANNELS_LAST && C > 1) {
+    if (gavg_vec_ok(x, y)) {
+        const int32_t G = (int32_t)(C / (16 / (int64_t)dlt_dtype_size(x->dtype)));
+        const int32_t total_v = (int32_t)N * G;
+        DLT_DISPATCH_FLOAT(x->dtype, T,
+            gavg_fwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
+                (T *)dlt__data(y), (const T *)dlt__data(x), G, (int32_t)hw, total_v, inv));
+    } else if (x->format == DLT_FORMAT_CHANNELS_LAST && C > 1) {
         dim3 block(32, 8);
         dim3 grid((unsigned)((C + 31) / 32), (unsigned)(N < 65535 ? N : 65535));
         DLT_DISPATCH_FLOAT(x->dtype, T,
@@ -394,7 +457,14 @@ dlt_status dlt__cuda_gavgpool_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor 
 
 dlt_status dlt__cuda_gavgpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor *dy) {
     cudaStream_t st = dlt__stream(ctx);
-    if (small_index(dx->numel)) {
+    if (gavg_vec_ok(dx, dy)) {
+        const int64_t hw = dx->shape[2] * dx->shape[3];
+        const int32_t G = (int32_t)(dx->shape[1] / (16 / (int64_t)dlt_dtype_size(dx->dtype)));
+        const int32_t total_v = (int32_t)(dx->numel / (16 / (int64_t)dlt_dtype_size(dx->dtype)));
+        DLT_DISPATCH_FLOAT(dx->dtype, T,
+            gavg_bwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
+                (T *)dlt__data(dx), (const T *)dlt__data(dy), G, (int32_t)hw, total_v, (float)hw));
+    } else if (small_index(dx->numel)) {
         DLT_DISPATCH_FLOAT(dx->dtype, T, launch_gavg_bwd<T, int32_t>(dx, dy, st));
     } else {
         DLT_DISPATCH_FLOAT(dx->dtype, T, launch_gavg_bwd<T, int64_t>(dx, dy, st));

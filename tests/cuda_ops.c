@@ -196,6 +196,11 @@ static const op_case CASES[] = {
     {"global_avg_pool2d", run_gavg, 1, {X4(2, 7, 8, 9)}, {0}, {0}},
     {"global_avg_pool2d", run_gavg, 1, {X4(1, 1, 33, 33)}, {0}, {0}},
     {"global_avg_pool2d", run_gavg, 1, {X4(2, 40, 3, 5)}, {0}, {0}},
+    /* channels-last with C a multiple of 8: the vector kernels up to 64 positions (1x1, 8x8),
+     * the general one past them (9x9) */
+    {"global_avg_pool2d 1x1", run_gavg, 1, {X4(5, 24, 1, 1)}, {0}, {0}},
+    {"global_avg_pool2d 8x8", run_gavg, 1, {X4(2, 16, 8, 8)}, {0}, {0}},
+    {"global_avg_pool2d 9x9", run_gavg, 1, {X4(2, 16, 9, 9)}, {0}, {0}},
     /* linear */
     {"linear+bias", run_linear, 3, {X2(4, 5), X2(3, 5), X1(3)}, {0}, {0}},
     {"linear", run_linear, 2, {X2(1, 7), X2(10, 7)}, {0}, {0}},
