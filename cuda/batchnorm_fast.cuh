@@ -41,8 +41,9 @@ namespace bn {
 constexpr int FAST_THREADS = 512;
 constexpr int FAST_WARPS = FAST_THREADS / 32;
 /* Row splits per channel tile. 256 (the stem's BN at batch 256 then one cooperative grid,
- * the largest BNs over more blocks) measured 0.5-1% slower on the H200 at batch 64-1024
- * (docs/performance.md, twelfth session), so 64. */
+ * the largest BNs over more blocks) measured the same as 64 on the H200 at batch 64-1024,
+ * within 0.4% either way, and 1% slower with 16 finisher loads in flight (docs/
+ * performance.md, twelfth session): 64 stays. */
 constexpr int FAST_MAX_SPLITS = 64;
 constexpr int FAST_FIN_LOADS = 8; /* partials a finishing thread has in flight */
 constexpr int FAST_UNROLL = 4; /* rows loaded before they are summed: loads in flight */
