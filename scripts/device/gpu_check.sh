@@ -13,7 +13,8 @@
 #          then again under compute-sanitizer memcheck; several GPUs: scripts/device/ddp_check.sh
 #          MEMCAP="-/- 8388608/4194304 -/-/0" (DLT_GRAD_QUEUE_MAX/DLT_WORKSPACE_MAX[/DLT_GRAPH_ARENA],
 #          - = unset)
-#          MEMCAP_AMP=fp16,bf16  AUTOTUNE_AMP=fp16
+#          MEMCAP_AMP=fp16,bf16
+#          autotune: bench at AUTOTUNE_BATCHES (64,256) with DLT_CUDNN_AUTOTUNE=0, 1
 #          BNIMPL_MAX="0 default 1000000000 0/4194304" (DLT_BN_NATIVE_MAX values, F/B for
 #          forward/backward apart)  BNIMPL_AMP=fp16
 #          MEMCHECK_TESTS="cuda_tensor cuda_optim test_harden:cuda ..."  (prog[:DLT_TEST_GROUPS])
@@ -314,13 +315,6 @@ if has timeline; then
   fi
 fi
 
-if has autotune; then
-  t=$(date +%s)
-  DLT_CUDNN_AUTOTUNE=1 build-gpu/examples/bench --batch 256 --amp ${AUTOTUNE_AMP:-fp16} --format nhwc --mode graph >"$OUT/bench-autotune.txt" 2>&1
-  note "bench with DLT_CUDNN_AUTOTUNE=1 ($(( $(date +%s) - t )) s):"
-  grep -E '^\| 256' "$OUT/bench-autotune.txt" | tr -s ' ' | sed 's/^/   /'
-fi
-
 # bench_ab STAGE VAR BATCHES VALUES...: the graph bench (fp16, bf16, channels-last) once per
 # value of the environment variable VAR, same binary, one table each
 bench_ab() {
@@ -339,6 +333,9 @@ bench_ab() {
 has convgemm && bench_ab convgemm DLT_CONV_GEMM "${CONVGEMM_BATCHES:-64,256,1024}" 0 1 2
 # BatchNorm as one kernel per direction or two launches (DLT_BN_ONE_KERNEL, docs/ops.md)
 has bnone && bench_ab bnone DLT_BN_ONE_KERNEL "${BNONE_BATCHES:-64,256,1024}" 0 1
+# cuDNN's engines timed per convolution shape or the heuristic's first choice (at batch 64
+# the stem's weight gradient is 4x slower than at 256 with the heuristic: performance.md)
+has autotune && bench_ab autotune DLT_CUDNN_AUTOTUNE "${AUTOTUNE_BATCHES:-64,256}" 0 1
 
 if has parity && [ -f tests/interop/torch_train_parity.py ]; then
   t=$(date +%s)
