@@ -80,6 +80,10 @@ static inline bool vec16_ok(int64_t n, int width, const void *a, const void *b =
 #define DLT_GRID_STRIDE(i, n)                                                                 \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                 \
          i += (int64_t)gridDim.x * blockDim.x)
+/* the same with 32-bit indices, for n < 2^30 (grid_for's grid then cannot overflow i) */
+#define DLT_GRID_STRIDE32(i, n)                                                               \
+    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < (n);               \
+         i += (int32_t)(gridDim.x * blockDim.x))
 
 /* 16 bytes global -> shared without a trip through registers (cp.async, sm_80), zeros
  * when !valid (source size 0: nothing is read); older GPUs copy through registers at once.

@@ -162,8 +162,7 @@ __global__ void maxpool_fwd_vec_kernel(T *__restrict__ y, int32_t *__restrict__ 
                                        PoolGeom<int32_t> g, int32_t total_v) {
     constexpr int V = Vec16<T>::N;
     const int32_t G = g.C / V;
-    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
-         i += (int32_t)(gridDim.x * blockDim.x)) {
+    DLT_GRID_STRIDE32(i, total_v) {
         int32_t n, cg, p, q, hs, he, ws, we;
         split4<int32_t>(i, G, g.P, g.Q, 1, n, cg, p, q); /* channels-last: groups of V innermost */
         window_of<int32_t>(g, p, q, hs, he, ws, we);
@@ -203,8 +202,7 @@ __global__ void maxpool_bwd_vec_kernel(T *__restrict__ dx, const T *__restrict__
                                        const int32_t *__restrict__ ind, PoolGeom<int32_t> g, int32_t total_v) {
     constexpr int V = Vec16<T>::N;
     const int32_t G = g.C / V;
-    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
-         i += (int32_t)(gridDim.x * blockDim.x)) {
+    DLT_GRID_STRIDE32(i, total_v) {
         int32_t n, cg, h, w, ps, pe, qs, qe;
         split4<int32_t>(i, G, g.H, g.W, 1, n, cg, h, w);
         outputs_over<int32_t>(g, h, w, ps, pe, qs, qe);
@@ -234,12 +232,15 @@ __global__ void maxpool_bwd_vec_kernel(T *__restrict__ dx, const T *__restrict__
     }
 }
 
-/* whether the vector kernels take a max pool: channels-last, C a multiple of the width,
- * 16-byte aligned data, 32-bit indices */
-static bool maxpool_vec_ok(const dlt_tensor *big, const dlt_tensor *small, const dlt_tensor *ind) {
-    const int V = 16 / (int)dlt_dtype_size(big->dtype);
-    return big->format == DLT_FORMAT_CHANNELS_LAST && big->shape[1] % V == 0 && big->numel < ((int64_t)1 << 30) &&
-           small->numel < ((int64_t)1 << 30) && vec16_ok(big->shape[1], V, dlt__data(big), dlt__data(small), dlt__data(ind));
+/* elements of t's dtype in 16 bytes */
+static int32_t vec_width(const dlt_tensor *t) { return 16 / (int32_t)dlt_dtype_size(t->dtype); }
+
+/* whether the _vec kernels can take a pool between big (x or dx) and small (y or dy, and
+ * ind): channels-last, C a multiple of the width, 16-byte aligned data, 32-bit indices */
+static bool cl_vec_ok(const dlt_tensor *big, const dlt_tensor *small, const dlt_tensor *ind) {
+    return big->format == DLT_FORMAT_CHANNELS_LAST && big->numel < ((int64_t)1 << 30) &&
+           small->numel < ((int64_t)1 << 30) &&
+           vec16_ok(big->shape[1], vec_width(big), dlt__data(big), dlt__data(small), ind ? dlt__data(ind) : nullptr);
 }
 
 /* NCHW: each (n, c) row of HW elements is contiguous. LANES = 32: a warp per row (large
@@ -296,8 +297,7 @@ template <typename T>
 __global__ void gavg_fwd_vec_kernel(T *__restrict__ y, const T *__restrict__ x, int32_t G, int32_t hw,
                                     int32_t total_v, float inv) {
     constexpr int V = Vec16<T>::N;
-    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
-         i += (int32_t)(gridDim.x * blockDim.x)) {
+    DLT_GRID_STRIDE32(i, total_v) {
         const int32_t n = i / G, g = i - n * G;
         const uint4 *src = reinterpret_cast<const uint4 *>(x) + (int64_t)n * hw * G + g;
         float acc[V];
@@ -322,8 +322,7 @@ template <typename T>
 __global__ void gavg_bwd_vec_kernel(T *__restrict__ dx, const T *__restrict__ dy, int32_t G, int32_t hw,
                                     int32_t total_v, float count) {
     constexpr int V = Vec16<T>::N;
-    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < total_v;
-         i += (int32_t)(gridDim.x * blockDim.x)) {
+    DLT_GRID_STRIDE32(i, total_v) {
         const int32_t g = i % G, n = i / (hw * G);
         Vec16<T> d, out;
         d.raw = reinterpret_cast<const uint4 *>(dy)[n * G + g];
@@ -335,10 +334,7 @@ __global__ void gavg_bwd_vec_kernel(T *__restrict__ dx, const T *__restrict__ dy
 
 /* whether the vector kernels take a global average pool (big: x or dx; small: y or dy) */
 static bool gavg_vec_ok(const dlt_tensor *big, const dlt_tensor *small) {
-    const int V = 16 / (int)dlt_dtype_size(big->dtype);
-    const int64_t hw = big->shape[2] * big->shape[3];
-    return big->format == DLT_FORMAT_CHANNELS_LAST && hw <= GAVG_VEC_MAX_HW && big->numel < ((int64_t)1 << 30) &&
-           vec16_ok(big->shape[1], V, dlt__data(big), dlt__data(small));
+    return big->shape[2] * big->shape[3] <= GAVG_VEC_MAX_HW && cl_vec_ok(big, small, nullptr);
 }
 
 template <typename T, typename I>
@@ -388,8 +384,8 @@ dlt_status dlt__cuda_maxpool_fwd(dlt_ctx *ctx, dlt_tensor *y, dlt_tensor *indice
                                  const dlt_tensor *x, const dlt_pool_params *p) {
     cudaStream_t st = dlt__stream(ctx);
     const int small = small_index(x->numel) && small_index(y->numel);
-    if (maxpool_vec_ok(x, y, indices)) {
-        const int32_t total_v = (int32_t)(y->numel / (16 / (int64_t)dlt_dtype_size(x->dtype)));
+    if (cl_vec_ok(x, y, indices)) {
+        const int32_t total_v = (int32_t)(y->numel / vec_width(x));
         DLT_DISPATCH_FLOAT(x->dtype, T,
             maxpool_fwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
                 (T *)dlt__data(y), (int32_t *)dlt__data(indices), (const T *)dlt__data(x),
@@ -407,8 +403,8 @@ dlt_status dlt__cuda_maxpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor 
                                  const dlt_tensor *indices, const dlt_pool_params *p) {
     cudaStream_t st = dlt__stream(ctx);
     const int small = small_index(dx->numel) && small_index(dy->numel);
-    if (maxpool_vec_ok(dx, dy, indices)) {
-        const int32_t total_v = (int32_t)(dx->numel / (16 / (int64_t)dlt_dtype_size(dx->dtype)));
+    if (cl_vec_ok(dx, dy, indices)) {
+        const int32_t total_v = (int32_t)(dx->numel / vec_width(dx));
         DLT_DISPATCH_FLOAT(dx->dtype, T,
             maxpool_bwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
                 (T *)dlt__data(dx), (const T *)dlt__data(dy), (const int32_t *)dlt__data(indices),
@@ -427,7 +423,7 @@ dlt_status dlt__cuda_gavgpool_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor 
     const int64_t N = x->shape[0], C = x->shape[1], hw = x->shape[2] * x->shape[3];
     const float inv = 1.0f / (float)hw;
     if (gavg_vec_ok(x, y)) {
-        const int32_t G = (int32_t)(C / (16 / (int64_t)dlt_dtype_size(x->dtype)));
+        const int32_t G = (int32_t)(C / vec_width(x));
         const int32_t total_v = (int32_t)N * G;
         DLT_DISPATCH_FLOAT(x->dtype, T,
             gavg_fwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
@@ -459,8 +455,8 @@ dlt_status dlt__cuda_gavgpool_bwd(dlt_ctx *ctx, dlt_tensor *dx, const dlt_tensor
     cudaStream_t st = dlt__stream(ctx);
     if (gavg_vec_ok(dx, dy)) {
         const int64_t hw = dx->shape[2] * dx->shape[3];
-        const int32_t G = (int32_t)(dx->shape[1] / (16 / (int64_t)dlt_dtype_size(dx->dtype)));
-        const int32_t total_v = (int32_t)(dx->numel / (16 / (int64_t)dlt_dtype_size(dx->dtype)));
+        const int32_t G = (int32_t)(dx->shape[1] / vec_width(dx));
+        const int32_t total_v = (int32_t)(dx->numel / vec_width(dx));
         DLT_DISPATCH_FLOAT(dx->dtype, T,
             gavg_bwd_vec_kernel<T><<<grid_for(total_v, 256), 256, 0, st>>>(
                 (T *)dlt__data(dx), (const T *)dlt__data(dy), G, (int32_t)hw, total_v, (float)hw));
