@@ -35,8 +35,8 @@
  *
  * The pieces (batchnorm.cuh): batchnorm_ref.cu (our two-pass kernels), batchnorm_fast.cu
  * and batchnorm_one.cu (the single-pass ones), batchnorm_cudnn.cu (graphs; plans built in
- * the background by plan_pool.c); this file chooses among them. Nothing here synchronises with the host; plans
- * are built at first use.
+ * the background by plan_pool.c); this file chooses among them. Nothing here synchronises
+ * with the host; plans are built at first use.
  */
 #include "batchnorm.cuh"
 #include "ops_cuda.h"

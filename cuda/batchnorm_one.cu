@@ -156,30 +156,33 @@ template <typename T, int MODE> dlt_status coresident_of(dlt_ctx *ctx, int *bloc
 
 /* *ran = 0 where the runtime refuses the grid as larger than the device holds at once (an
  * MPS client limited to part of the SMs, say, where the occupancy query counted them all):
- * nothing ran, the caller takes two launches. Any other failure is the call's error. */
+ * nothing ran, the error is cleared (it is not sticky), this instantiation takes two
+ * launches for the rest of the context, and the caller runs them now. Any other failure is
+ * the call's error. The first launch that runs says so in the log. */
 template <typename T, int MODE>
-dlt_status launch_one(dlt_ctx *ctx, const FastGeo &f, FastRed a, FusedIO io, int *ran) {
+dlt_status launch_one(dlt_ctx *ctx, const FastGeo &f, FastRed a, FusedIO io, int32_t dtype, int *ran) {
     void *args[2] = {&a, &io};
     const cudaError_t e =
         cudaLaunchCooperativeKernel((const void *)bn_fast_one<T, MODE>, dim3((unsigned)f.tiles, (unsigned)f.S),
                                     dim3(FAST_THREADS), args, one_smem<MODE>(), dlt__stream(ctx));
+    dlt_cuda_state *s = dlt__cu(ctx);
     *ran = e == cudaSuccess;
     if (e == cudaErrorCooperativeLaunchTooLarge) {
-        (void)cudaGetLastError(); /* not a sticky error: cleared, so later launch checks do not see it */
+        (void)cudaGetLastError();
+        s->bn_coresident[dtype_slot(dtype)][MODE] = -1;
+        dlt__log(DLT_LOG_WARNING,
+                 "dlt: a cooperative BatchNorm %s launch of %d blocks (%s) was refused as larger than the GPU "
+                 "holds at once; such BNs take two launches from now on",
+                 MODE == RED_STATS ? "forward" : "backward", f.tiles * f.S, dlt_dtype_name(dtype));
         return DLT_OK;
     }
     DLT_CU(ctx, e, MODE == RED_STATS ? F_FWD : F_BWD);
+    if (!s->bn_one_kernel_logged) {
+        s->bn_one_kernel_logged = 1;
+        dlt__log(DLT_LOG_INFO, "dlt: BatchNorm as one kernel per direction (cooperative grids of up to %d blocks)",
+                 s->bn_coresident[dtype_slot(dtype)][MODE]);
+    }
     return DLT_OK;
-}
-
-/* After a refusal: this instantiation takes two launches for the rest of the context. */
-void one_refused(dlt_ctx *ctx, const FastGeo &f, int32_t dtype, int mode) {
-    dlt_cuda_state *s = dlt__cu(ctx);
-    s->bn_coresident[dtype_slot(dtype)][mode] = -1;
-    dlt__log(DLT_LOG_WARNING,
-             "dlt: a cooperative BatchNorm %s launch of %d blocks (%s) was refused as larger than the GPU "
-             "holds at once; such BNs take two launches from now on",
-             mode == RED_STATS ? "forward" : "backward", f.tiles * f.S, dlt_dtype_name(dtype));
 }
 
 } // namespace
@@ -206,27 +209,20 @@ dlt_status one_kernel_wanted(dlt_ctx *ctx, const FastGeo &f, int32_t dtype, int 
     }
     /* DLT_BN_ONE_KERNEL=2 skips the size check (the refusal's fallback is then what runs) */
     *want = *slot > 0 && (set->bn_one_kernel == 2 || (int64_t)f.tiles * f.S <= (int64_t)*slot);
-    if (*want && !s->bn_one_kernel_logged) {
-        s->bn_one_kernel_logged = 1;
-        dlt__log(DLT_LOG_INFO, "dlt: BatchNorm as one kernel per direction (cooperative grids of up to %d blocks)",
-                 *slot);
-    }
     return DLT_OK;
 }
 
 dlt_status one_fwd(dlt_ctx *ctx, const FastGeo &f, const FastRed &a, int32_t dtype, void *y, const void *res,
                    int relu, int *ran) {
     const FusedIO io = {y, NULL, res, relu};
-    DLT_DISPATCH_FLOAT(dtype, T, DLT_CHECK((launch_one<T, RED_STATS>(ctx, f, a, io, ran))));
-    if (!*ran) one_refused(ctx, f, dtype, RED_STATS);
+    DLT_DISPATCH_FLOAT(dtype, T, return launch_one<T, RED_STATS>(ctx, f, a, io, dtype, ran));
     return DLT_OK;
 }
 
 dlt_status one_bwd(dlt_ctx *ctx, const FastGeo &f, const FastRed &a, int32_t dtype, void *dx, void *dres,
                    int *ran) {
     const FusedIO io = {dx, dres, NULL, 0};
-    DLT_DISPATCH_FLOAT(dtype, T, DLT_CHECK((launch_one<T, RED_BWD>(ctx, f, a, io, ran))));
-    if (!*ran) one_refused(ctx, f, dtype, RED_BWD);
+    DLT_DISPATCH_FLOAT(dtype, T, return launch_one<T, RED_BWD>(ctx, f, a, io, dtype, ran));
     return DLT_OK;
 }
 

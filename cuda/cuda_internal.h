@@ -81,7 +81,8 @@ typedef struct dlt_cuda_state {
     int flash_arch;
     /* BatchNorm's one-kernel path (batchnorm_fast.cu): blocks of each instantiation
      * ([dtype f32/f16/bf16][forward/backward]) that can be co-resident on the whole device
-     * in a cooperative launch; 0 not yet asked, -1 none (no cooperative launch) */
+     * in a cooperative launch; 0 not yet asked, -1 none (no cooperative launch, or the
+     * runtime refused one) */
     int bn_coresident[3][2];
     int bn_one_kernel_logged;
 } dlt_cuda_state;
