@@ -89,7 +89,6 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
         const int64_t *env = ctx->env.v;
         c->settings.conv_impl = (int32_t)env[DLT__ENV_CONV_IMPL];
         c->settings.bn_impl = (int32_t)env[DLT__ENV_BN_IMPL];
-        c->settings.autotune = (int32_t)env[DLT__ENV_CUDNN_AUTOTUNE];
         c->settings.gemm_autotune = (int32_t)env[DLT__ENV_GEMM_AUTOTUNE];
         c->settings.conv_gemm = (int32_t)env[DLT__ENV_CONV_GEMM];
         /* cuDNN updates the running statistics in its BN graph (unbiased variance, checked
@@ -447,7 +446,7 @@ static dlt_status build_plan(dlt_cudnn_builder *b, const cudnnBackendDescriptor_
     heuristics(b, graph, CUDNN_HEUR_MODE_FALLBACK, cfgs, &n_cfgs, 2 * MAX_CONFIGS_PER_MODE,
                heur_why, sizeof heur_why);
 
-    const int tune = set->autotune && !ctx->capturing && opts && opts->trial_ptrs;
+    const int tune = ctx->cudnn_benchmark && !ctx->capturing && opts && opts->trial_ptrs;
     candidate cands[MAX_AUTOTUNE_CANDIDATES];
     candidate backup; /* the first config over the workspace limit, used when none fits */
     memset(&backup, 0, sizeof backup);

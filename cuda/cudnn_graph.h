@@ -20,7 +20,8 @@
  *      and executed with dlt__cudnn_execute: a variant pack binding the data pointers in
  *      the entry's uid order, and cudnnBackendExecute on the context's handle, which is
  *      bound to the context's stream. Nothing here synchronises except autotuning, which
- *      only runs outside graph capture and only when DLT_CUDNN_AUTOTUNE=1.
+ *      only runs outside graph capture and only when the context's cudnn_benchmark is on
+ *      (dlt_ctx_set_cudnn_benchmark; default DLT_CUDNN_AUTOTUNE).
  *
  * Every descriptor a plan was built from (tensors, operations, graph, heuristics, chosen
  * engine config) stays alive as long as the plan: the backend API does not document that a
@@ -29,7 +30,8 @@
  * Settings come from the context's environment (lib/core/env.c: read once, when the
  * context is created; docs/environment.md): DLT_CONV_IMPL and DLT_BN_IMPL = cudnn | native
  * (unset: cuDNN when a plan finalizes, our kernels otherwise; "cudnn" turns a missing plan
- * into an error), DLT_CUDNN_AUTOTUNE=1 (time all usable configs once per shape),
+ * into an error), DLT_CUDNN_AUTOTUNE=1 (the default of dlt_ctx_set_cudnn_benchmark: time
+ * all usable configs once per shape),
  * DLT_BN_CUDNN_RUNNING_STATS (unset: cuDNN's BN graph updates the running statistics; 0: our
  * kernel does, from cuDNN's saved statistics), the BatchNorm thresholds and background
  * builds, DLT_WORKSPACE_MAX.
@@ -52,7 +54,6 @@ extern "C" {
 typedef struct dlt_cudnn_settings {
     int32_t conv_impl;        /* DLT_IMPL_* from DLT_CONV_IMPL */
     int32_t bn_impl;          /* DLT_IMPL_* from DLT_BN_IMPL */
-    int32_t autotune;         /* DLT_CUDNN_AUTOTUNE=1 */
     int32_t gemm_autotune;    /* DLT_GEMM_AUTOTUNE=1 (linear.cu) */
     int32_t conv_gemm;        /* DLT_CONV_GEMM: which convolutions run as GEMMs (conv2d_gemm.cu) */
     int32_t bn_cudnn_running; /* cuDNN's BN graph updates the running statistics (the

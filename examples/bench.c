@@ -12,7 +12,11 @@
  *
  *   bench [--batch 64,256,1024] [--amp fp16,bf16] [--format nhwc,nchw] [--mode eager,graph]
  *         [--steps 20] [--blocks 5] [--warmup 5] [--classes 1000] [--device cuda|cpu]
- *         [--deterministic] [--log] [--json FILE]
+ *         [--deterministic] [--cudnn-benchmark 0|1] [--log] [--json FILE]
+ *
+ * --cudnn-benchmark 1 times cuDNN's engines for each convolution shape during the warm-up
+ * (dlt_ctx_set_cudnn_benchmark), as the anchor does (torch.backends.cudnn.benchmark = True);
+ * left out, the context's default (DLT_CUDNN_AUTOTUNE, unset: off).
  *
  * --json FILE writes the run record (docs/run-record.md): every configuration's row plus
  * its time interval, and on a GPU the NVML monitor's series over the whole run.
@@ -101,6 +105,7 @@ typedef struct result {
 } result;
 
 static int g_deterministic; /* --deterministic: dlt_ctx_set_deterministic on every context */
+static int64_t g_cudnn_benchmark = -1; /* --cudnn-benchmark: -1 leaves the context's default */
 
 /* --log: the library's messages (plan choices, plan-building time per context) on stderr */
 static void log_to_stderr(int32_t level, const char *msg, void *user) {
@@ -128,6 +133,7 @@ static void run_cfg(int32_t device, const bench_cfg *c, int64_t classes, int ste
     RUN(dlt_ctx_create(device, 0, DLT_ABI_VERSION, &ctx));
     RUN(dlt_ctx_set_seed(ctx, 0));
     RUN(dlt_ctx_set_deterministic(ctx, g_deterministic));
+    if (g_cudnn_benchmark >= 0) RUN(dlt_ctx_set_cudnn_benchmark(ctx, (int32_t)g_cudnn_benchmark));
     s.ctx = ctx;
     s.amp = c->amp;
     /* 16 batches of resident data, cycled: the dataset stays small next to the model (peak
@@ -255,6 +261,9 @@ int main(int argc, char **argv) {
         {"device", CLI_CHOICE, &device, .choices = DEVICE_NAMES, .values = DEVICE_VALUES,
          .help = "(cuda when present)"},
         {"deterministic", CLI_FLAG, &g_deterministic, .help = "dlt_ctx_set_deterministic on every context"},
+        {"cudnn-benchmark", CLI_INT, &g_cudnn_benchmark, .lo = 0, .hi = 1, .metavar = "0|1",
+         .help = "dlt_ctx_set_cudnn_benchmark on every context (the anchor's torch.backends.cudnn.benchmark "
+                 "= True is 1; default: DLT_CUDNN_AUTOTUNE, unset: 0)"},
         {"log", CLI_FLAG, &log, .help = "the library's log messages on stderr"},
         {"json", CLI_STRING, &json, .metavar = "FILE",
          .help = "also write the run record (JSON, docs/run-record.md) to FILE"},
@@ -287,9 +296,10 @@ int main(int argc, char **argv) {
         dlt_ctx_destroy(probe);
     }
     printf("# libdltrain %s bench on %s: resnet50 (%lld classes), 32x32, SGD lr 0.01; median of %d blocks "
-           "of %d steps after %d warm-up steps%s\n",
+           "of %d steps after %d warm-up steps%s%s\n",
            dlt_version_string(), name, (long long)classes, (int)blocks, (int)steps, (int)warmup,
-           g_deterministic ? "; deterministic mode" : "");
+           g_deterministic ? "; deterministic mode" : "",
+           g_cudnn_benchmark == 1 ? "; cuDNN engines timed (cudnn_benchmark)" : "");
     printf("| %-5s | %-11s | %-6s | %-5s | %-8s | %-9s | %-12s | %-8s | %-12s | %-6s | %-8s |\n", "batch",
            "precision", "layout", "mode", "ms/step", "images/s", "epoch s (50k)", "peak MiB",
            "first step s", "nodes", "loss");
@@ -340,6 +350,7 @@ int main(int argc, char **argv) {
         else rr_num(w, "parameters", NAN);
         rr_int(w, "classes", classes);
         rr_bool(w, "deterministic", g_deterministic);
+        if (g_cudnn_benchmark >= 0) rr_bool(w, "cudnn_benchmark", (int)g_cudnn_benchmark);
         cJSON *ds = cJSON_AddObjectToObject(w, "dataset");
         rr_str(ds, "name", "synthetic (16 batches resident on the device)");
         rr_str(ds, "sample_unit", "images");

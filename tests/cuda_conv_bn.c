@@ -25,7 +25,8 @@
  *   native-two  the same BN cases with DLT_BN_ONE_KERNEL=0 (two launches per direction),
  *            and both forms bitwise equal on the same inputs.
  *   workspace0  DLT_WORKSPACE_MAX=0: convolutions with engines that take no workspace.
- *   autotune DLT_CUDNN_AUTOTUNE=1 on a few conv shapes.
+ *   autotune dlt_ctx_set_cudnn_benchmark(ctx, 1) (DLT_CUDNN_AUTOTUNE unset) on a few conv
+ *            shapes: the engines were timed (logged) and the results are right.
  *   cudnn-only  DLT_CONV_IMPL=cudnn: the convolutions with a one-pixel output, which the
  *            default selection runs as GEMMs (cuda/conv2d_gemm.cu), through cuDNN.
  *   gemm1    DLT_CONV_GEMM=1: channels-last cases with the 1x1 stride-1 convolutions on
@@ -56,6 +57,7 @@ static int g_strict_group; /* the group where the ResNet path must stay on cuDNN
 static int g_bg_installs; /* plans built in the background and installed */
 static int g_gemm_plans;  /* cuBLASLt plans of convolutions run as GEMMs (conv2d_gemm.cu) */
 static int g_one_kernel;  /* contexts that ran a BN as one kernel per direction (batchnorm_fast.cu) */
+static int g_autotuned;   /* convolution plans whose engines were timed (cudnn_graph.c) */
 static int g_one_refused; /* cooperative BN launches the runtime refused (batchnorm_one.cu) */
 
 static void log_cb(int32_t level, const char *msg, void *user) {
@@ -65,6 +67,7 @@ static void log_cb(int32_t level, const char *msg, void *user) {
     if (strstr(msg, "plan for a strided GEMM")) g_gemm_plans++;
     if (strstr(msg, "BatchNorm as one kernel per direction")) g_one_kernel++;
     if (strstr(msg, "was refused as larger than the GPU holds")) g_one_refused++;
+    if (strstr(msg, "cuDNN autotune for")) g_autotuned++;
     printf("# [%s] %s\n", level == DLT_LOG_ERROR ? "error" : level == DLT_LOG_WARNING ? "warning" : "info",
            msg);
 }
@@ -610,6 +613,21 @@ static void check_one_kernel(void) {
         CHECK(g_one_kernel == 0, "a BN ran as one kernel where DLT_BN_ONE_KERNEL=0");
 }
 
+/* the autotune group turns cudnn_benchmark on through the context */
+static void set_benchmark(void) {
+    GPU_OR_SKIP();
+    CHECK_OK(dlt_ctx_set_cudnn_benchmark(g_gpu, 1));
+    int32_t on = 0;
+    CHECK_OK(dlt_ctx_cudnn_benchmark_enabled(g_gpu, &on));
+    CHECK(on == 1, "cudnn_benchmark reads %d after set 1", on);
+}
+
+/* the autotune group: at least one shape had several usable engines and they were timed */
+static void check_autotuned(void) {
+    GPU_OR_SKIP();
+    CHECK(g_autotuned > 0, "no convolution plan was autotuned with cudnn_benchmark on");
+}
+
 /* ---------------------------------------------------------------------------------------
  * driver
  * ------------------------------------------------------------------------------------- */
@@ -760,11 +778,15 @@ int main(void) {
     /* autotuned plans (a few shapes) */
     t0 = now_s();
     if (th_group_on("autotune")) {
-        gpu_begin("autotune", NULL, NULL, 1, 0);
+        /* the context's setting, not the environment, turns it on */
+        gpu_begin("autotune", NULL, NULL, 0, 0);
+        g_autotuned = 0;
+        th_run(set_benchmark, "autotune: dlt_ctx_set_cudnn_benchmark(ctx, 1)");
         for (int i = 0; i < 4; i++) {
             run_conv(DLT_F16, DLT_FORMAT_CHANNELS_LAST, i);
             run_conv(DLT_F32, DLT_FORMAT_CONTIGUOUS, i);
         }
+        th_run(check_autotuned, "autotune: dlt_ctx_set_cudnn_benchmark timed the engines");
         gpu_end();
         printf("# group autotune: %.1f s\n", now_s() - t0);
     }

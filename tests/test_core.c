@@ -169,13 +169,13 @@ static void test_fail_alloc_hook(void) {
     dlt_ctx_destroy(ctx);
 }
 
-/* flash and cudnn: the attention-kernel switches (torch.backends.cuda.enable_flash_sdp,
- * enable_cudnn_sdp): stored on the context, default on, and without effect on the CPU
- * backend's attention. */
-typedef dlt_status (*sdp_set_fn)(dlt_ctx *, int32_t);
-typedef dlt_status (*sdp_get_fn)(const dlt_ctx *, int32_t *);
+/* The context's switches: flash and cudnn, the attention-kernel switches
+ * (torch.backends.cuda.enable_flash_sdp, enable_cudnn_sdp), and cudnn_benchmark: stored on
+ * the context, PyTorch's defaults, and without effect on the CPU backend's attention. */
+typedef dlt_status (*switch_set_fn)(dlt_ctx *, int32_t);
+typedef dlt_status (*switch_get_fn)(const dlt_ctx *, int32_t *);
 
-static float *sdpa_cpu(dlt_ctx *ctx, sdp_set_fn set, int32_t on) {
+static float *sdpa_cpu(dlt_ctx *ctx, switch_set_fn set, int32_t on) {
     const int64_t shape[4] = {1, 2, 5, 16};
     float v[160];
     for (int i = 0; i < 160; i++) v[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
@@ -190,12 +190,13 @@ static float *sdpa_cpu(dlt_ctx *ctx, sdp_set_fn set, int32_t on) {
     return out;
 }
 
-static void check_sdp_setting(sdp_set_fn set, sdp_get_fn get, const char *set_name, const char *get_name) {
+static void check_ctx_switch(switch_set_fn set, switch_get_fn get, const char *set_name, const char *get_name,
+                              int32_t dflt) {
     dlt_ctx *ctx = NULL;
     CHECK_OK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
     int32_t on = 42;
     CHECK_OK(get(ctx, &on));
-    CHECK(on == 1, "%s: default %d, expected 1 (on, as in PyTorch)", get_name, on);
+    CHECK(on == dflt, "%s: default %d, expected %d (as in PyTorch)", get_name, on, dflt);
     static const int32_t values[] = {0, 1, 5, 0}; /* any nonzero value is "on" */
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
         CHECK_OK(set(ctx, values[i]));
@@ -221,13 +222,35 @@ static void check_sdp_setting(sdp_set_fn set, sdp_get_fn get, const char *set_na
 }
 
 static void test_flash_sdp_setting(void) {
-    check_sdp_setting(dlt_ctx_set_flash_sdp, dlt_ctx_flash_sdp_enabled, "dlt_ctx_set_flash_sdp",
-                      "dlt_ctx_flash_sdp_enabled");
+    check_ctx_switch(dlt_ctx_set_flash_sdp, dlt_ctx_flash_sdp_enabled, "dlt_ctx_set_flash_sdp",
+                      "dlt_ctx_flash_sdp_enabled", 1);
 }
 
 static void test_cudnn_sdp_setting(void) {
-    check_sdp_setting(dlt_ctx_set_cudnn_sdp, dlt_ctx_cudnn_sdp_enabled, "dlt_ctx_set_cudnn_sdp",
-                      "dlt_ctx_cudnn_sdp_enabled");
+    check_ctx_switch(dlt_ctx_set_cudnn_sdp, dlt_ctx_cudnn_sdp_enabled, "dlt_ctx_set_cudnn_sdp",
+                      "dlt_ctx_cudnn_sdp_enabled", 1);
+}
+
+/* cudnn_benchmark (torch.backends.cudnn.benchmark): off by default, DLT_CUDNN_AUTOTUNE=1
+ * turns the default on for contexts created after it is set; the CPU ignores it */
+static void test_cudnn_benchmark_setting(void) {
+    const char *was = getenv("DLT_CUDNN_AUTOTUNE");
+    char saved[64] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
+    unsetenv("DLT_CUDNN_AUTOTUNE");
+    check_ctx_switch(dlt_ctx_set_cudnn_benchmark, dlt_ctx_cudnn_benchmark_enabled,
+                      "dlt_ctx_set_cudnn_benchmark", "dlt_ctx_cudnn_benchmark_enabled", 0);
+    setenv("DLT_CUDNN_AUTOTUNE", "1", 1);
+    dlt_ctx *ctx = NULL;
+    CHECK_OK(dlt_ctx_create(DLT_DEVICE_CPU, 0, DLT_ABI_VERSION, &ctx));
+    if (was) setenv("DLT_CUDNN_AUTOTUNE", saved, 1); else unsetenv("DLT_CUDNN_AUTOTUNE");
+    int32_t on = 42;
+    CHECK_OK(dlt_ctx_cudnn_benchmark_enabled(ctx, &on));
+    CHECK(on == 1, "DLT_CUDNN_AUTOTUNE=1: default %d, expected 1", on);
+    CHECK_OK(dlt_ctx_set_cudnn_benchmark(ctx, 0));
+    CHECK_OK(dlt_ctx_cudnn_benchmark_enabled(ctx, &on));
+    CHECK(on == 0, "set 0 after DLT_CUDNN_AUTOTUNE=1: %d", on);
+    dlt_ctx_destroy(ctx);
 }
 
 static void test_cuda_ctx(void) {
@@ -253,6 +276,7 @@ int main(void) {
     RUN(test_fail_alloc_hook);
     RUN(test_flash_sdp_setting);
     RUN(test_cudnn_sdp_setting);
+    RUN(test_cudnn_benchmark_setting);
     RUN(test_cuda_ctx);
     return th_done();
 }

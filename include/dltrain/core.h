@@ -217,6 +217,18 @@ DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_rng_state(dlt_ctx *ctx, uint64_t se
 DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_deterministic(dlt_ctx *ctx, int32_t on);
 /** 1: fp32 convolutions and GEMMs may use TF32 tensor cores. Default 0 (exact fp32). */
 DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_allow_tf32(dlt_ctx *ctx, int32_t on);
+/** 1: for each convolution shape whose cuDNN plan is built after the call, time the
+ *  candidate engines (heuristics and fallback list, those within the workspace limit) and
+ *  keep the fastest; 0: keep the heuristics' first choice (torch.backends.cudnn.benchmark).
+ *  Timing synchronises, so it happens at a shape's first call outside a capture (warm-up);
+ *  the winner can differ from run to run, and so can the last bits of the results. In
+ *  deterministic mode only deterministic engines are candidates. Stored on the context; the
+ *  CPU backend ignores it. Default: DLT_CUDNN_AUTOTUNE (unset: 0, as PyTorch's default).
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx). */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_set_cudnn_benchmark(dlt_ctx *ctx, int32_t on);
+/** Reads the setting of dlt_ctx_set_cudnn_benchmark into *out (0 or 1).
+ *  @return DLT_OK; DLT_ERR_NULL_POINTER (ctx or out). */
+DLT_API DLT_NODISCARD dlt_status dlt_ctx_cudnn_benchmark_enabled(const dlt_ctx *ctx, int32_t *out);
 
 /** Threads of the CPU backend's parallel loops, process-wide (torch.set_num_threads): n >= 1,
  *  or 0 for the default (OMP_NUM_THREADS, else the cores). OpenBLAS, when the process has

@@ -51,6 +51,7 @@ dlt_status dlt_ctx_create(int32_t device_type, int32_t device_index, uint32_t ab
     ctx->grad_enabled = 1;
     ctx->flash_sdp = 1; /* verified on an H200 2026-12-02 (docs/performance.md) */
     ctx->cudnn_sdp = 1;
+    ctx->cudnn_benchmark = ctx->env.v[DLT__ENV_CUDNN_AUTOTUNE] != 0;
     ctx->autocast_depth = 0;
     dlt_status st = be->ctx_init ? be->ctx_init(ctx) : DLT_OK;
     if (st != DLT_OK) {
@@ -192,6 +193,20 @@ dlt_status dlt_ctx_set_deterministic(dlt_ctx *ctx, int32_t on) {
 dlt_status dlt_ctx_set_allow_tf32(dlt_ctx *ctx, int32_t on) {
     DLT_NULL_CHECK(ctx, "dlt_ctx_set_allow_tf32");
     ctx->allow_tf32 = on != 0;
+    return DLT_OK;
+}
+
+/* read where cuDNN plans are built (cuda/cudnn_graph.c) */
+dlt_status dlt_ctx_set_cudnn_benchmark(dlt_ctx *ctx, int32_t on) {
+    DLT_NULL_CHECK(ctx, "dlt_ctx_set_cudnn_benchmark");
+    ctx->cudnn_benchmark = on != 0;
+    return DLT_OK;
+}
+
+dlt_status dlt_ctx_cudnn_benchmark_enabled(const dlt_ctx *ctx, int32_t *out) {
+    DLT_NULL_CHECK(ctx, "dlt_ctx_cudnn_benchmark_enabled");
+    DLT_NULL_CHECK(out, "dlt_ctx_cudnn_benchmark_enabled");
+    *out = ctx->cudnn_benchmark;
     return DLT_OK;
 }
 

@@ -66,6 +66,8 @@ struct dlt_ctx {
     int32_t flash_sdp;
     /* cudnn_sdp: dlt_ctx_set_cudnn_sdp (cuDNN's fused attention first on CUDA); CPU ignores it */
     int32_t cudnn_sdp;
+    /* cudnn_benchmark: dlt_ctx_set_cudnn_benchmark (time cuDNN's engines per new shape) */
+    int32_t cudnn_benchmark;
     /* fused paths that served, so tests can tell them from their fallbacks: data-gradient
      * GEMMs whose epilogue applied the GELU's derivative (dlt__gelu_linear's backward) */
     int64_t served_gelu_dgrad;

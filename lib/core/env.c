@@ -44,8 +44,9 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
         "1-16 (4)", "background threads building cuDNN BatchNorm plans, per context"},
     [DLT__ENV_CUDNN_AUTOTUNE] = {"DLT_CUDNN_AUTOTUNE", DLT__ENV_OFF, -1, 0, 0, 0,
         "`1` (unset: off)",
-        "time the candidate cuDNN engines of each new convolution shape and keep the fastest "
-        "(heuristics' first choice otherwise)"},
+        "the default of `dlt_ctx_set_cudnn_benchmark` (torch.backends.cudnn.benchmark) for "
+        "contexts created after it is set: time the candidate cuDNN engines of each new "
+        "convolution shape and keep the fastest (heuristics' first choice otherwise)"},
     [DLT__ENV_GEMM_AUTOTUNE] = {"DLT_GEMM_AUTOTUNE", DLT__ENV_OFF, -1, 0, 0, 0,
         "`1` (unset: off)",
         "time cuBLASLt's first 8 algorithms for each new GEMM shape at its first overwriting call "

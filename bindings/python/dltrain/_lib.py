@@ -88,6 +88,8 @@ _SIGNATURES = {
     "dlt_ctx_flash_sdp_enabled": (STATUS, [PTR, P(I32)]),
     "dlt_ctx_set_cudnn_sdp": (STATUS, [PTR, I32]),
     "dlt_ctx_cudnn_sdp_enabled": (STATUS, [PTR, P(I32)]),
+    "dlt_ctx_set_cudnn_benchmark": (STATUS, [PTR, I32]),
+    "dlt_ctx_cudnn_benchmark_enabled": (STATUS, [PTR, P(I32)]),
     "dlt_memory_stat": (STATUS, [PTR, I32, P(U64)]),
     "dlt_memory_reset_peak": (STATUS, [PTR]),
     "dlt_empty_cache": (STATUS, [PTR]),

@@ -313,6 +313,20 @@ class Context(Handle):
         check(lib.dlt_ctx_cudnn_sdp_enabled(self.handle, ctypes.byref(v)))
         return bool(v.value)
 
+    # PyTorch's torch.backends.cudnn.benchmark
+    def set_cudnn_benchmark(self, on=True):
+        """Times cuDNN's candidate engines for each convolution shape first met after the
+        call (outside a capture) and keeps the fastest; off: the heuristics' first choice.
+        Off by default, as in PyTorch (DLT_CUDNN_AUTOTUNE=1 turns the default on); the
+        CPU ignores it."""
+        check(lib.dlt_ctx_set_cudnn_benchmark(self.handle, 1 if on else 0))
+
+    def cudnn_benchmark_enabled(self):
+        """True when set_cudnn_benchmark is on for this context."""
+        v = ctypes.c_int32()
+        check(lib.dlt_ctx_cudnn_benchmark_enabled(self.handle, ctypes.byref(v)))
+        return bool(v.value)
+
     # ---- memory --------------------------------------------------------------------------
     def memory_stat(self, which):
         """One DLT_MEM_* statistic: MEM_ALLOCATED, MEM_PEAK_ALLOCATED, MEM_RESERVED,

@@ -2,6 +2,7 @@
 
 import array
 import math
+import os
 import struct
 
 import dltrain
@@ -217,6 +218,13 @@ def test_context_properties_and_memory_stats():
     assert ctx.cudnn_sdp_enabled() is False
     ctx.enable_cudnn_sdp(True)
     assert ctx.cudnn_sdp_enabled() is True
+    # torch.backends.cudnn.benchmark's counterpart, off by default (unless DLT_CUDNN_AUTOTUNE=1)
+    if os.environ.get("DLT_CUDNN_AUTOTUNE") is None:
+        assert ctx.cudnn_benchmark_enabled() is False
+    ctx.set_cudnn_benchmark(True)
+    assert ctx.cudnn_benchmark_enabled() is True
+    ctx.set_cudnn_benchmark(False)
+    assert ctx.cudnn_benchmark_enabled() is False
 
 
 def test_current_context_and_factories():
