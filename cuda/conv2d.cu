@@ -20,7 +20,9 @@
  * takes beta=1, a beta=0 plan writes into the workspace and our kernel adds it.
  * DLT_CONV_IMPL=native forces the fallback kernels (testing); DLT_CONV_IMPL=cudnn turns "no
  * plan" into an error instead of a fallback. In the default selection the convolutions
- * DLT_CONV_GEMM names (one-pixel outputs, 1x1 channels-last) run as GEMMs (conv2d_gemm.cu).
+ * DLT_CONV_GEMM names (one-pixel outputs, 1x1 channels-last) run as GEMMs (conv2d_gemm.cu),
+ * and 16-bit channels-last inputs of fewer than DLT_CONV_PAD_CHANNELS channels run their
+ * forward and weight gradient padded (conv2d_pad.cu).
  *
  * conv2d_bwd_bias: db[k] (+)= sum over N,P,Q of dy, as per-block partial sums in a fixed
  * partition (scratch memory) and one ordered pass over the partials: deterministic, no
@@ -461,6 +463,11 @@ dlt_status dlt__cuda_conv2d_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x
         DLT_CHECK(dlt__cuda_conv2d_gemm(ctx, CONV_FWD, (dlt_tensor *)x, (dlt_tensor *)w, y, p, 0, set->conv_gemm, &done));
         if (done) return b ? add_bias(ctx, y, b) : DLT_OK;
     }
+    if (set->conv_impl != DLT_IMPL_NATIVE && set->conv_pad > 0) {
+        int done = 0;
+        DLT_CHECK(dlt__cuda_conv2d_padded(ctx, CONV_FWD, x, (dlt_tensor *)w, y, p, 0, set->conv_pad, &done));
+        if (done) return b ? add_bias(ctx, y, b) : DLT_OK;
+    }
     if (set->conv_impl != DLT_IMPL_NATIVE) {
         char what[400];
         describe(what, sizeof what, CONV_FWD, x, w, y, p, 0);
@@ -507,11 +514,35 @@ dlt_status dlt__cuda_conv2d_bwd_filter(dlt_ctx *ctx, dlt_tensor *dw, const dlt_t
                                         set->conv_gemm, &done));
         if (done) return DLT_OK;
     }
+    if (set->conv_impl != DLT_IMPL_NATIVE && set->conv_pad > 0) {
+        DLT_CHECK(dlt__cuda_conv2d_padded(ctx, CONV_BWD_FILTER, x, dw, (dlt_tensor *)dy, p, beta, set->conv_pad,
+                                          &done));
+        if (done) return DLT_OK;
+    }
     if (set->conv_impl != DLT_IMPL_NATIVE) {
         DLT_CHECK(run_with_beta(ctx, CONV_BWD_FILTER, dw, x, dw, dy, p, beta, set->conv_impl, &done));
         if (done) return DLT_OK;
     }
     return launch_direct(ctx, CONV_BWD_FILTER, x, dw, dy, NULL, p, beta);
+}
+
+dlt_status dlt__cuda_conv2d_plan(dlt_ctx *ctx, int32_t dir, const dlt_tensor *x, const dlt_tensor *w,
+                                 const dlt_tensor *y, const dlt_conv_params *p, int32_t beta,
+                                 dlt_cudnn_plan **plan) {
+    char what[400];
+    describe(what, sizeof what, dir, x, w, y, p, beta);
+    return get_plan(ctx, dir, x, w, y, p, beta, what, DLT_IMPL_AUTO, 1, plan);
+}
+
+dlt_status dlt__cuda_conv2d_execute(dlt_ctx *ctx, int32_t dir, dlt_cudnn_plan *plan, const dlt_tensor *x,
+                                    const dlt_tensor *w, const dlt_tensor *y, const dlt_conv_params *p,
+                                    int32_t beta) {
+    char what[400];
+    describe(what, sizeof what, dir, x, w, y, p, beta);
+    void *ws = NULL;
+    DLT_CHECK(dlt__cuda_workspace(ctx, (size_t)plan->workspace, &ws));
+    void *ptrs[3] = {dlt__data(x), dlt__data(w), dlt__data(y)};
+    return dlt__cudnn_execute(ctx, plan, ptrs, ws, kFuncName[dir], what);
 }
 
 dlt_status dlt__cuda_conv2d_bwd_bias(dlt_ctx *ctx, dlt_tensor *db, const dlt_tensor *dy, int32_t beta) {

@@ -85,6 +85,7 @@ typedef struct dlt_cuda_state {
      * runtime refused one) */
     int bn_coresident[3][2];
     int bn_one_kernel_logged;
+    int conv_pad_logged; /* conv2d_pad.cu's info line, once per context */
 } dlt_cuda_state;
 
 static inline dlt_cuda_state *dlt__cu(const dlt_ctx *ctx) { return (dlt_cuda_state *)ctx->be_state; }

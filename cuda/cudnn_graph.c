@@ -91,6 +91,7 @@ static dlt_status cache_get(dlt_ctx *ctx, dlt_cuda_plan_cache **out) {
         c->settings.bn_impl = (int32_t)env[DLT__ENV_BN_IMPL];
         c->settings.gemm_autotune = (int32_t)env[DLT__ENV_GEMM_AUTOTUNE];
         c->settings.conv_gemm = (int32_t)env[DLT__ENV_CONV_GEMM];
+        c->settings.conv_pad = (int32_t)env[DLT__ENV_CONV_PAD_CHANNELS];
         /* cuDNN updates the running statistics in its BN graph (unbiased variance, checked
          * against PyTorch on the H200 by tests/cuda_conv_bn.c): one kernel less per BN.
          * DLT_BN_CUDNN_RUNNING_STATS=0 uses our kernel instead. */

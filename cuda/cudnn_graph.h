@@ -56,6 +56,7 @@ typedef struct dlt_cudnn_settings {
     int32_t bn_impl;          /* DLT_IMPL_* from DLT_BN_IMPL */
     int32_t gemm_autotune;    /* DLT_GEMM_AUTOTUNE=1 (linear.cu) */
     int32_t conv_gemm;        /* DLT_CONV_GEMM: which convolutions run as GEMMs (conv2d_gemm.cu) */
+    int32_t conv_pad;         /* DLT_CONV_PAD_CHANNELS: narrow inputs padded to it (conv2d_pad.cu) */
     int32_t bn_cudnn_running; /* cuDNN's BN graph updates the running statistics (the
                                * default; DLT_BN_CUDNN_RUNNING_STATS=0: our kernel does) */
     /* auto: channels-last BN with at most this many elements runs our single-pass kernels,

@@ -140,6 +140,21 @@ dlt_status dlt__cuda_gemm_rm(dlt_ctx *ctx, int32_t dtype, int32_t trans_a, int32
  * when the shape or layout does not qualify (the caller uses cuDNN). */
 dlt_status dlt__cuda_conv2d_gemm(dlt_ctx *ctx, int32_t dir, dlt_tensor *x, dlt_tensor *w, dlt_tensor *y,
                                  const dlt_conv_params *p, int32_t beta, int32_t mode, int *done);
+/* conv2d_pad.cu: the forward (dir 0, into y) or weight gradient (dir 2, into w, with beta)
+ * of a 16-bit channels-last convolution with fewer than cp input channels, through cuDNN
+ * with the channels padded to cp; *done = 0 when it does not qualify or cuDNN has no plan
+ * for the padded shapes (the caller runs it as it is). */
+dlt_status dlt__cuda_conv2d_padded(dlt_ctx *ctx, int32_t dir, const dlt_tensor *x, dlt_tensor *w, dlt_tensor *y,
+                                   const dlt_conv_params *p, int32_t beta, int32_t cp, int *done);
+/* conv2d.cu, for conv2d_pad.cu: the cached cuDNN plan of one direction for x, w, y in the
+ * roles of that direction (NULL, without a warning, when cuDNN has none) and its execution */
+struct dlt_cudnn_plan;
+dlt_status dlt__cuda_conv2d_plan(dlt_ctx *ctx, int32_t dir, const dlt_tensor *x, const dlt_tensor *w,
+                                 const dlt_tensor *y, const dlt_conv_params *p, int32_t beta,
+                                 struct dlt_cudnn_plan **plan);
+dlt_status dlt__cuda_conv2d_execute(dlt_ctx *ctx, int32_t dir, struct dlt_cudnn_plan *plan, const dlt_tensor *x,
+                                    const dlt_tensor *w, const dlt_tensor *y, const dlt_conv_params *p,
+                                    int32_t beta);
 dlt_status dlt__cuda_gemm(dlt_ctx *ctx, dlt_tensor *c, const dlt_tensor *a, const dlt_tensor *b,
                           const dlt_gemm_batch *g);
 dlt_status dlt__cuda_softmax_fwd(dlt_ctx *ctx, dlt_tensor *y, const dlt_tensor *x, int64_t outer, int64_t n,

@@ -56,7 +56,7 @@ case " $STAGES " in *" gpt "*) STAGES="$STAGES gpt_tests gpt_bench gpt_recipe gp
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 export DLT_CIFAR10_DIR=$(pwd)/.device/cifar10
 # the CUDA test programs, split so compute-sanitizer runs them as parallel processes
-CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_elementwise cuda_op_table cuda_op_table:cudnn cuda_optim cuda_graph cuda_data cuda_nn cuda_side cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:native-two cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:async cuda_conv_bn:workspace0 cuda_conv_bn:cudnn-only cuda_conv_bn:gemm1 test_harden:cuda"
+CUDA_TEST_SPECS="cuda_tensor cuda_ops cuda_conv_pad cuda_elementwise cuda_op_table cuda_op_table:cudnn cuda_optim cuda_graph cuda_data cuda_nn cuda_side cuda_train cuda_conv_bn:cudnn cuda_conv_bn:native cuda_conv_bn:native-two cuda_conv_bn:autotune cuda_conv_bn:cudnn-running cuda_conv_bn:async cuda_conv_bn:workspace0 cuda_conv_bn:cudnn-only cuda_conv_bn:gemm1 test_harden:cuda"
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 t0=$(date +%s)
