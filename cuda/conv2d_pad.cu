@@ -123,7 +123,8 @@ extern "C" dlt_status dlt__cuda_conv2d_padded(dlt_ctx *ctx, int32_t dir, const d
     int add = 0; /* beta = 1 through a beta = 0 plan */
     dlt_status st = padded_like(ctx, x, cp, dir, &xp);
     if (st == DLT_OK) st = padded_like(ctx, w, cp, dir, &wp);
-    /* the plan first: where cuDNN has none for the padded shapes nothing is launched */
+    /* the plan first: where cuDNN has none for the padded shapes nothing is launched (a
+     * plan built with cudnn_benchmark on times its engines on xp and wp still unfilled) */
     if (st == DLT_OK) st = dlt__cuda_conv2d_plan(ctx, dir, xp, wp, y, p, dir == 2 ? beta : 0, &plan);
     if (st == DLT_OK && !plan && dir == 2 && beta) {
         st = dlt__cuda_conv2d_plan(ctx, dir, xp, wp, y, p, 0, &plan);
