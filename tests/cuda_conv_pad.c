@@ -2,7 +2,7 @@
  * cuda_conv_pad.c - convolutions of 16-bit channels-last inputs with few channels run with
  * their channels padded with zeros (cuda/conv2d_pad.cu), against the CPU backend.
  *
- * For DLT_CONV_PAD_CHANNELS = 8 (the default: the vector pad kernel of 16 bytes), 4 (8-byte
+ * For DLT_CONV_PAD_CHANNELS = 8 (the vector pad kernel of 16 bytes), 4 (the default: 8-byte
  * vectors), 5 (the per-element kernel) and 0 (off), f16 and bf16, and three shapes (ResNet's
  * stem on an odd map; one channel; six channels, which 4 and 5 leave unpadded): the forward,
  * the weight gradient written (beta 0) and accumulated (beta 1) with x not needing a

@@ -57,8 +57,8 @@ const dlt__env_var dlt__env_table[DLT__ENV_N] = {
         "convolutions on CUDA that run as cuBLASLt GEMMs instead of cuDNN in the default "
         "selection: `1` those with a one-pixel output, `2` also the 1x1 stride-1 unpadded "
         "channels-last ones, `0` none (docs/ops.md)"},
-    [DLT__ENV_CONV_PAD_CHANNELS] = {"DLT_CONV_PAD_CHANNELS", DLT__ENV_COUNT, -1, 8, 0, 8,
-        "`0`-`8` (8)",
+    [DLT__ENV_CONV_PAD_CHANNELS] = {"DLT_CONV_PAD_CHANNELS", DLT__ENV_COUNT, -1, 4, 0, 8,
+        "`0`-`8` (4)",
         "16-bit channels-last convolutions on CUDA with fewer input channels than this (an "
         "image's 3, as ResNet's stem) run their forward and weight gradient through cuDNN "
         "with the channels padded to this many with zeros; `0` runs them as they are "
