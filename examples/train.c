@@ -64,6 +64,7 @@ typedef struct options {
     int32_t graph;    /* --mode: 1 graph (one captured CUDA graph per optimizer step), 0 eager,
                        * -1 not given: graph on CUDA, eager on the CPU */
     int eager;        /* --eager: --mode eager */
+    int cudnn_benchmark; /* --cudnn-benchmark: dlt_ctx_set_cudnn_benchmark */
     const char *json; /* --json FILE: the run record */
     int64_t gpus;     /* data-parallel processes (dist) */
 } options;
@@ -121,6 +122,9 @@ static int parse_args(int argc, char **argv, const char *prog, int accum_default
          .help = "graph (one captured CUDA graph per optimizer step,\nreplayed; the default on cuda) or eager (plain calls;\n"
                  "the default on cpu, which has no graphs)"},
         {"eager", CLI_FLAG, &o->eager, .help = "plain calls instead of a captured graph (--mode eager)"},
+        {"cudnn-benchmark", CLI_FLAG, &o->cudnn_benchmark,
+         .help = "time cuDNN's engines for each convolution shape in the first steps and keep\nthe "
+                 "fastest (torch.backends.cudnn.benchmark; the seed leaves it off)"},
         {"save", CLI_STRING, &o->save, .metavar = "FILE",
          .help = "checkpoint (model, optimizer, scaler, position) after each epoch"},
         {"resume", CLI_STRING, &o->resume, .metavar = "FILE", .help = "continue from a checkpoint"},
@@ -222,6 +226,7 @@ int dlt_example_train(int argc, char **argv, const char *prog, int accum_default
     TRY(dlt_ctx_create(o.device, dev_index, DLT_ABI_VERSION, &ctx));
     if (world > 1) TRY(dlt_comm_create(ctx, &comm));
     TRY(dlt_ctx_set_seed(ctx, o.seed));
+    if (o.cudnn_benchmark) TRY(dlt_ctx_set_cudnn_benchmark(ctx, 1));
     if (o.format < 0) o.format = o.device == DLT_DEVICE_CUDA ? DLT_FORMAT_CHANNELS_LAST : DLT_FORMAT_CONTIGUOUS;
     char devname[256];
     TRY(dlt_ctx_device_name(ctx, devname, sizeof devname));

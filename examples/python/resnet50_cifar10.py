@@ -59,6 +59,9 @@ def parse_args():
                    help="plain calls instead of a captured graph (--mode eager)")
     p.add_argument("--log-every", type=int, default=1, metavar="N",
                    help="print the loss every N steps (1; 0: once per epoch)")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="time cuDNN's engines for each convolution shape in the first steps and "
+                   "keep the fastest (torch.backends.cudnn.benchmark; the seed leaves it off)")
     args = p.parse_args()
     if args.log_every < 0:
         p.error("--log-every must be 0 or more")
@@ -73,6 +76,8 @@ def main():
     args = parse_args()
     device = args.device or ("cuda" if dltrain.cuda_is_available() else "cpu")
     ctx = dltrain.Context(device, seed=args.seed)
+    if args.cudnn_benchmark:
+        ctx.set_cudnn_benchmark(True)
     use_amp = ctx.is_cuda  # the PyTorch script's autocast and GradScaler are CUDA's
     use_graph = (args.mode or ("graph" if ctx.is_cuda else "eager")) == "graph"
     # what runs: an explicit --mode graph on the CPU takes the graph's path, as plain calls
