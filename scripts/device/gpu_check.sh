@@ -7,7 +7,9 @@
 #   env:   STAGES="build test memcheck nccl example fixtures interop" (default: those; also
 #          sanitize longrun detcost startup bnimpl memcap bench profile autotune parity
 #          convgemm: bench at CONVGEMM_BATCHES (64,256,1024) with DLT_CONV_GEMM=0, 1, 2;
-#          bnone: bench at BNONE_BATCHES (64,256,1024) with DLT_BN_ONE_KERNEL=0, 1)
+#          bnone: bench at BNONE_BATCHES (64,256,1024) with DLT_BN_ONE_KERNEL=0, 1;
+#          convpad: bench at CONVPAD_BATCHES (64,256,1024) with DLT_CONV_PAD_CHANNELS=0, 4, 8,
+#          the stem's padded channels: 4 was best on the H200, other GPUs may differ)
 #          nccl (dist, issue 21): tests/cuda_dist on one GPU (a one-rank NCCL communicator,
 #          DDP's side stream, NCCL all-reduce and found-inf reduction inside a captured step),
 #          then again under compute-sanitizer memcheck; several GPUs: scripts/device/ddp_check.sh
@@ -333,6 +335,8 @@ bench_ab() {
 has convgemm && bench_ab convgemm DLT_CONV_GEMM "${CONVGEMM_BATCHES:-64,256,1024}" 0 1 2
 # BatchNorm as one kernel per direction or two launches (DLT_BN_ONE_KERNEL, docs/ops.md)
 has bnone && bench_ab bnone DLT_BN_ONE_KERNEL "${BNONE_BATCHES:-64,256,1024}" 0 1
+# the stem's input channels padded for cuDNN (DLT_CONV_PAD_CHANNELS, docs/ops.md)
+has convpad && bench_ab convpad DLT_CONV_PAD_CHANNELS "${CONVPAD_BATCHES:-64,256,1024}" 0 4 8
 # cuDNN's engines timed per convolution shape or the heuristic's first choice (at batch 64
 # the stem's weight gradient is 4x slower than at 256 with the heuristic: performance.md)
 has autotune && bench_ab autotune DLT_CUDNN_AUTOTUNE "${AUTOTUNE_BATCHES:-64,256}" 0 1
