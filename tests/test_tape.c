@@ -119,6 +119,52 @@ static void test_accumulate_and_zero_grad(void) {
     dlt_tensor_release(x);
 }
 
+/* zero_grad(set_to_none) lets the buffer go (PyTorch's grad = None): its memory returns,
+ * the next backward makes a new one; a gradient the caller retained stays theirs, valid and
+ * no longer written. set_to_none = 0 zeroes the same buffer. */
+static void test_set_to_none_releases(void) {
+    enum { N = 1000 };
+    float xv[N], g[N];
+    for (int i = 0; i < N; i++) xv[i] = (float)i;
+    dlt_tensor *x = leaf(xv, N);
+    dlt_ctx *ctx = dlt_tensor_ctx(x);
+    dlt_tensor *l = quad_loss(x);
+    CHECK_OK(dlt_backward(l, NULL));
+    dlt_tensor_release(l);
+    REQUIRE(dlt_tensor_grad(x) != NULL);
+    uint64_t with = 0, without = 0;
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &with));
+    CHECK_OK(dlt_zero_grad(&x, 1, 1));
+    CHECK(dlt_tensor_grad(x) == NULL);
+    CHECK_OK(dlt_memory_stat(ctx, DLT_MEM_ALLOCATED, &without));
+    CHECK(with - without >= N * sizeof(float), "released %llu bytes, the gradient has %zu",
+          (unsigned long long)(with - without), N * sizeof(float));
+    /* a retained gradient: the caller's tensor keeps its values; the leaf gets a new one */
+    l = quad_loss(x);
+    CHECK_OK(dlt_backward(l, NULL));
+    dlt_tensor_release(l);
+    dlt_tensor *kept = dlt_tensor_retain(dlt_tensor_grad(x));
+    CHECK_OK(dlt_zero_grad(&x, 1, 1));
+    CHECK(dlt_tensor_grad(x) == NULL);
+    dlt_tensor *s = NULL;
+    CHECK_OK(dlt_sum(x, &s)); /* d/dx = 1 */
+    CHECK_OK(dlt_backward(s, NULL));
+    dlt_tensor_release(s);
+    CHECK(dlt_tensor_grad(x) != NULL && dlt_tensor_grad(x) != kept, "a new buffer");
+    read_grad(x, g, N);
+    CHECK(g[0] == 1.0f && g[N - 1] == 1.0f, "new gradient %g %g", g[0], g[N - 1]);
+    float *kv = th_read_f32(kept);
+    REQUIRE(kv != NULL);
+    CHECK(kv[0] == 2.0f && kv[N - 1] == 2.0f, "the retained gradient changed: %g %g", kv[0], kv[N - 1]);
+    free(kv);
+    dlt_tensor_release(kept);
+    /* set_to_none = 0 zeroes in place: the same buffer */
+    const dlt_tensor *before = dlt_tensor_grad(x);
+    CHECK_OK(dlt_zero_grad(&x, 1, 0));
+    CHECK(dlt_tensor_grad(x) == before, "zeroed in place");
+    dlt_tensor_release(x);
+}
+
 static void test_no_grad(void) {
     const float xv[2] = {1, 2};
     dlt_tensor *x = leaf(xv, 2), *y = NULL;
@@ -371,6 +417,7 @@ int main(void) {
     RUN(test_simple_chain);
     RUN(test_fan_out);
     RUN(test_accumulate_and_zero_grad);
+    RUN(test_set_to_none_releases);
     RUN(test_no_grad);
     RUN(test_backward_twice_refused);
     RUN(test_explicit_grad_and_shape_errors);

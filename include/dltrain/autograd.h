@@ -10,8 +10,12 @@
  *  - Leaves are tensors marked with dlt_tensor_set_requires_grad (module parameters are).
  *    backward ACCUMULATES (+=) into a leaf's gradient, so several backward passes add up.
  *    dlt_zero_grad resets: set_to_none=1 marks the gradient absent (dlt_tensor_grad returns
- *    NULL, the optimizer skips the parameter, and the next backward overwrites instead of
- *    adding); set_to_none=0 fills it with zeros.
+ *    NULL, the optimizer skips the parameter, and the next backward writes a new one instead
+ *    of adding) and lets its buffer go, as PyTorch's grad = None: its memory returns to the
+ *    allocator, or stays with a caller that retained it, which the next backward then no
+ *    longer writes. The buffer is kept (only marked absent) when a whole-step graph uses it
+ *    (its capture or warm-up touched it: replays write it at that address) or its storage
+ *    is shared (DDP's bucket views). set_to_none=0 fills it with zeros in place.
  *  - Gradients of intermediate tensors exist only during backward.
  *
  * Ownership: op results are references owned by the caller (release them when done; a

@@ -123,7 +123,9 @@ DLT_API DLT_NODISCARD dlt_status dlt_tensor_set_requires_grad(dlt_tensor *t, int
 /** 1 for a leaf that accumulates a gradient (0 for NULL). */
 DLT_API int32_t dlt_tensor_requires_grad(const dlt_tensor *t);
 /** The accumulated gradient of a leaf, borrowed (owned by t), or NULL when no backward has
- *  written one since the last zero-grad. Always fp32 for fp32 leaves. */
+ *  written one since the last zero-grad. Always fp32 for fp32 leaves. A borrowed gradient
+ *  is valid until dlt_zero_grad(..., set_to_none=1) lets it go; retain it to keep it longer
+ *  (it is then the caller's, no longer written by backward; autograd.h). */
 DLT_API dlt_tensor *dlt_tensor_grad(const dlt_tensor *t);
 
 /* ---- Printing (build) ---- */

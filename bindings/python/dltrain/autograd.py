@@ -1,7 +1,7 @@
 """The gradient tape (include/dltrain/autograd.h): backward, zero-grad, no-grad.
 
 backward ACCUMULATES into leaf gradients (+=); zero_grad(set_to_none=True) marks them absent
-so the next backward overwrites. Grad mode is per context.
+and lets their buffers go, so the next backward writes new ones. Grad mode is per context.
 """
 
 import ctypes
