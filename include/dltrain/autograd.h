@@ -13,9 +13,10 @@
  *    NULL, the optimizer skips the parameter, and the next backward writes a new one instead
  *    of adding) and lets its buffer go, as PyTorch's grad = None: its memory returns to the
  *    allocator, or stays with a caller that retained it, which the next backward then no
- *    longer writes. The buffer is kept (only marked absent) when a whole-step graph uses it
- *    (its capture or warm-up touched it: replays write it at that address) or its storage
- *    is shared (DDP's bucket views). set_to_none=0 fills it with zeros in place.
+ *    longer writes. The buffer is kept (only marked absent) while a captured graph of the
+ *    context exists (its replays may write it at that address), inside a capture and its
+ *    warm-up, and when its storage is shared (DDP's bucket views). set_to_none=0 fills it
+ *    with zeros in place.
  *  - Gradients of intermediate tensors exist only during backward.
  *
  * Ownership: op results are references owned by the caller (release them when done; a

@@ -49,6 +49,8 @@ struct dlt_ctx {
     struct dlt__lp_use *capture_lp;
     int32_t n_capture_lp, cap_capture_lp;
     int32_t graph_warmup; /* in dlt_graph_create's warm-up steps: prepare all the capture will use */
+    int32_t live_graphs;  /* captured graphs not destroyed yet (graph.c): zero_grad keeps gradient
+                           * buffers while one may replay into them (tape.c) */
 
     dlt_status poisoned; /* != DLT_OK after an asynchronous fault */
     char poison_msg[512];

@@ -161,6 +161,7 @@ dlt_status dlt_graph_create(dlt_ctx *ctx, dlt_step_fn step, void *user, int32_t 
     st = ctx->be->capture_end(ctx, step_st == DLT_OK, &g->exec, g->stats);
     if (step_st == DLT_OK && st == DLT_OK) {
         lp_take(ctx, g);
+        ctx->live_graphs++;
         *out = g;
         return DLT_OK;
     }
@@ -216,7 +217,10 @@ int64_t dlt_graph_stat(const dlt_graph *g, int32_t kind) {
 
 void dlt_graph_destroy(dlt_graph *g) {
     if (!g) return;
-    if (g->exec) g->ctx->be->graph_free(g->ctx, g->exec);
+    if (g->exec) {
+        g->ctx->be->graph_free(g->ctx, g->exec);
+        g->ctx->live_graphs--;
+    }
     lp_release(g->lp, g->n_lp);
     free(g);
 }

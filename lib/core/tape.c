@@ -441,17 +441,12 @@ static dlt_status accumulate_into(dlt_ctx *ctx, dlt_tensor **acc, dlt_tensor *g)
     return DLT_OK;
 }
 
-void dlt__grad_note_use(const dlt_tensor *leaf) {
-    if (leaf && leaf->grad && (leaf->ctx->capturing || leaf->ctx->graph_warmup)) leaf->grad->grad_kept = 1;
-}
-
 /* Leaf gradient buffer: created on first need with the leaf's shape, dtype and format. */
 static dlt_status leaf_grad_buffer(dlt_tensor *leaf, dlt_tensor **out) {
     if (!leaf->grad) {
         DLT_CHECK(dlt__tensor_new_like(leaf, leaf->dtype, "dlt_backward", &leaf->grad));
         leaf->grad_defined = 0;
     }
-    dlt__grad_note_use(leaf);
     *out = leaf->grad;
     return DLT_OK;
 }
@@ -678,14 +673,15 @@ dlt_status dlt_backward(dlt_tensor *root, dlt_tensor *grad) {
  * forward and early backward run without the gradients of the layers the backward has not
  * reached (ResNet50 at batch 256 fp16, the CPU backend's exact sizes: peak 477 -> 435 MiB).
  * A caller that retained it keeps a tensor the next backward no longer writes. Kept (only
- * marked absent) where the memory must stay: a whole-step graph replays into it (grad_kept;
- * and during a capture or its warm-up, whose allocations must match), or its storage is
- * shared (a DDP bucket view). Work still queued into it lands first: the side stream's
- * weight gradients (joined) and the fp32 flush queue. */
+ * marked absent) where the memory must stay: while a captured graph lives, which may replay
+ * into it (as the CUDA backend keeps a replaced workspace until the last graph goes), during
+ * a capture and its warm-up (whose allocations must match), or where its storage is shared
+ * (a DDP bucket view). Work still queued into it lands first: the side stream's weight
+ * gradients (joined) and the fp32 flush queue. */
 static dlt_status release_grad_buffer(dlt_tensor *p) {
     dlt_ctx *ctx = p->ctx;
     dlt_tensor *g = p->grad;
-    if (ctx->capturing || ctx->graph_warmup || g->grad_kept || !g->storage || g->storage->refcount != 1)
+    if (ctx->capturing || ctx->graph_warmup || ctx->live_graphs > 0 || !g->storage || g->storage->refcount != 1)
         return DLT_OK;
     if (p->grad_pending || g->grad_pending) DLT_CHECK(pend_flush(ctx));
     if (dlt__side_wrote(ctx, g) || dlt__side_holds(ctx, g)) DLT_CHECK(dlt__side_join(ctx));

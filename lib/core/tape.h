@@ -132,10 +132,6 @@ struct dlt_node {
 /* Whether an op with these inputs must be recorded (grad mode on and some input needs
  * a gradient). */
 int dlt__needs_grad(const dlt_ctx *ctx, dlt_tensor *const *inputs, int32_t n);
-/* Called where a leaf's gradient is used (backward, the optimizers): inside a capture or
- * its warm-up the buffer is marked kept, so dlt_zero_grad(set_to_none) never frees memory
- * a graph replays into. */
-void dlt__grad_note_use(const dlt_tensor *leaf);
 /* Creates a node for an op, with edges for its inputs, appends it to the tape, and makes
  * outputs[i]->grad_fn point to it. Returns NULL node (and DLT_OK) when nothing needs
  * recording. The caller then saves tensors (dlt__save) and stores the op's attribute

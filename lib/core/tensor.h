@@ -57,9 +57,6 @@ struct dlt_tensor {
     /* written inside a graph capture by a copy, fill, load or collective: replays write it
      * without moving version, so autocast casts it again at every use (lib/ops/autocast.c) */
     int32_t graph_written;
-    /* a gradient buffer a whole-step graph (its capture or warm-up) wrote or read: the replays
-     * use it at this address, so dlt_zero_grad(set_to_none) keeps it (lib/core/tape.c) */
-    int32_t grad_kept;
 
     /* dist: uses of this leaf left in the running backward (tape hooks), valid when
      * hook_gen is the tape's current generation */

@@ -62,7 +62,6 @@ static dlt_status clip(dlt_tensor *const *params, int32_t n, double max_norm, do
     for (int32_t i = 0; i < n; i++) {
         const dlt_tensor *p = params[i];
         if (!p || !p->grad || !p->grad_defined || p->grad->numel == 0) continue;
-        dlt__grad_note_use(p);
         int seen = 0; /* a tied weight listed twice counts once */
         for (int32_t j = 0; j < k && !seen; j++) seen = grads[j] == p->grad;
         if (!seen) grads[k++] = p->grad;

@@ -284,9 +284,7 @@ void dlt__optimizer_grads(dlt_optimizer *opt, dlt_tensor ***grads, int32_t *n) {
     int32_t k = 0;
     for (int32_t i = 0; i < opt->n; i++) {
         dlt_tensor *p = opt->params[i];
-        if (!p->grad || !p->grad_defined) continue;
-        dlt__grad_note_use(p);
-        opt->g_list[k++] = p->grad;
+        if (p->grad && p->grad_defined) opt->g_list[k++] = p->grad;
     }
     *grads = opt->g_list;
     *n = k;

@@ -98,7 +98,6 @@ dlt_status dlt__sgd_step_impl(dlt_optimizer *opt, const void *found_inf, const c
         dlt_tensor *p = opt->params[i];
         dlt_tensor *g = p->grad;
         if (!g || !p->grad_defined) continue; /* PyTorch: grad is None -> skipped */
-        dlt__grad_note_use(p);
         if (g->dtype != DLT_F32 || g->format != p->format || !dlt__same_shape(g, p)) {
             char a[96], b[96];
             return dlt__err(DLT_ERR_INTERNAL, func,

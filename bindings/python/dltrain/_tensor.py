@@ -460,7 +460,7 @@ class Tensor(Handle):
         """The accumulated gradient of a leaf, or None. The returned Tensor holds its own
         reference: it stays valid when the leaf is gone. zero_grad(set_to_none=True) lets the
         leaf's buffer go (PyTorch's grad = None): a Tensor kept from before keeps its values
-        and the next backward writes a new gradient (a whole-step graph's buffers stay)."""
+        and the next backward writes a new gradient (kept while a captured graph exists)."""
         return Tensor._retain(lib.dlt_tensor_grad(self.handle), self._ctx)
 
     def backward(self, gradient=None):
