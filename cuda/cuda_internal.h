@@ -140,11 +140,6 @@ void dlt__cuda_range_pop(dlt_ctx *ctx);
 /* Makes sure the shared workspace holds at least n bytes. Growing is not allowed during
  * graph capture (the pointer must stay fixed): callers size it in warm-up. */
 dlt_status dlt__cuda_workspace(dlt_ctx *ctx, size_t n, void **out);
-/* elementwise.cu: keeps the stream busy for about `us` microseconds. Autotuning launches it
- * before its first timing event so the host can queue every timed repetition while the GPU
- * waits: the events then measure the kernels back to back, as a captured graph runs them,
- * rather than the host's launch gaps (several microseconds per cuDNN execute). */
-cudaError_t dlt__cuda_spin(cudaStream_t stream, uint32_t us);
 dlt_status dlt__cuda_scratch(dlt_ctx *ctx, size_t n, void **out);
 /* At least n zeroed ints for arrival counters; every kernel using them leaves them zero. */
 dlt_status dlt__cuda_counters(dlt_ctx *ctx, size_t n, int **out);

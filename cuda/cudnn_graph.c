@@ -25,8 +25,6 @@ static _Thread_local cudnnHandle_t tl_handle; /* set on background build threads
 #define MAX_CONFIGS_PER_MODE 64
 #define MAX_AUTOTUNE_CANDIDATES 24
 #define AUTOTUNE_REPS 3
-/* the GPU is held this long before each candidate's timed executes (dlt__cuda_spin) */
-#define AUTOTUNE_SPIN_US 200
 
 typedef struct cache_slot {
     uint64_t hash;
@@ -322,8 +320,7 @@ static dlt_status autotune(dlt_cudnn_builder *b, candidate *cands, int32_t nc, c
         if (make_pack(uids, n_uids, ptrs, ws, &vp) != CUDNN_STATUS_SUCCESS) continue;
         /* warm-up: first-use module loading must not count */
         cudnnStatus_t s = cudnnBackendExecute(cs->cudnn, cands[i].plan, vp);
-        if (s == CUDNN_STATUS_SUCCESS && dlt__cuda_spin(cs->stream, AUTOTUNE_SPIN_US) == cudaSuccess &&
-            cudaEventRecord(e0, cs->stream) == cudaSuccess) {
+        if (s == CUDNN_STATUS_SUCCESS && cudaEventRecord(e0, cs->stream) == cudaSuccess) {
             for (int r = 0; r < AUTOTUNE_REPS && s == CUDNN_STATUS_SUCCESS; r++)
                 s = cudnnBackendExecute(cs->cudnn, cands[i].plan, vp);
             ce = cudaEventRecord(e1, cs->stream);

@@ -218,23 +218,9 @@ __global__ void accumulate_multi_kernel(const __grid_constant__ MultiAcc m) {
     }
 }
 
-/* spins one thread until ns nanoseconds of the GPU's global timer have passed */
-__global__ void spin_kernel(uint64_t ns) {
-    uint64_t t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
-}
-
 } // namespace
 
 extern "C" {
-
-cudaError_t dlt__cuda_spin(cudaStream_t stream, uint32_t us) {
-    spin_kernel<<<1, 1, 0, stream>>>((uint64_t)us * 1000u);
-    return cudaGetLastError();
-}
 
 dlt_status dlt__cuda_accumulate_multi(dlt_ctx *ctx, int32_t n, dlt_tensor *const *dsts,
                                       const dlt_tensor *const *srcs, const int32_t *betas) {

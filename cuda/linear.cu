@@ -359,8 +359,7 @@ dlt_status tune(dlt_ctx *ctx, dlt_gemm_plan *p, const GemmCall &g, const char *F
             (void)cudaGetLastError();
             continue;
         }
-        ce = dlt__cuda_spin(st, 200); /* the timed calls run back to back: cuda_internal.h */
-        if (ce == cudaSuccess) ce = cudaEventRecord(e0, st);
+        ce = cudaEventRecord(e0, st);
         for (int r = 0; r < GEMM_TUNE_REPS && ce == cudaSuccess && s == CUBLAS_STATUS_SUCCESS; r++)
             s = cublasLtMatmul(dlt__cu(ctx)->cublaslt, p->desc, &alpha, g.A, p->a, g.B, p->b, &beta, g.D, p->d, g.D,
                                p->d, &p->cand[i], ws, p->cand_ws[i], st);
